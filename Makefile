@@ -1,0 +1,33 @@
+# Two commands for learners: `make book` and `make test`. `make lab` opens the lessons.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+READY := $(VENV)/.ready
+
+.PHONY: setup book test lab lint clean
+
+$(READY): requirements.txt pyproject.toml
+	@echo "Setting up $(VENV) (the first time takes a few minutes)..."
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -qq -r requirements.txt
+	@# Build matplotlib's font cache now, so that no notebook prints the one-off notice.
+	$(BIN)/python -c "import matplotlib.pyplot"
+	touch $(READY)
+
+setup: $(READY)
+
+book: $(READY)
+	$(BIN)/jupyter-book build --warningiserror --nitpick --keep-going .
+	@echo "The book is ready: open $(CURDIR)/_build/html/index.html"
+
+test: $(READY)
+	$(BIN)/python -m pytest
+
+lab: $(READY)
+	$(BIN)/jupyter lab lessons
+
+lint: $(READY)
+	$(BIN)/ruff check attn tests lessons
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis .ruff_cache

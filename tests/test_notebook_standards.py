@@ -1,0 +1,91 @@
+"""Every lesson meets the course's notebook standards (see COURSE.md)."""
+
+import re
+
+import pytest
+
+from tests.notebooks import LESSONS, code_cells, load, tags
+
+MACHINE_PATH = re.compile(r"(/root/|/home/\w+|/Users/\w+|/tmp/(?!ipykernel)|/work/|[A-Z]:\\\\)")
+
+
+def output_text(output):
+    if output.get("output_type") == "stream":
+        return "".join(output.get("text", ""))
+    if output.get("output_type") == "error":
+        return f"{output.get('ename')}: {output.get('evalue')}"
+    return "".join(output.get("data", {}).get("text/plain", ""))
+
+
+def lesson_ids():
+    return [path.stem for path in LESSONS]
+
+
+@pytest.fixture(params=LESSONS, ids=lesson_ids())
+def notebook(request):
+    return load(request.param)
+
+
+def test_there_are_lessons():
+    assert len(LESSONS) >= 1
+
+
+def test_python3_kernel(notebook):
+    assert notebook["metadata"]["kernelspec"]["name"] == "python3"
+
+
+def test_executed_top_to_bottom_in_one_fresh_kernel(notebook):
+    counts = [cell["execution_count"] for cell in code_cells(notebook)]
+    assert counts == list(range(1, len(counts) + 1))
+
+
+def test_errors_only_where_expected(notebook):
+    for cell in code_cells(notebook):
+        for output in cell["outputs"]:
+            if output["output_type"] == "error":
+                assert "raises-exception" in tags(cell), f"unexpected {output['ename']} in {''.join(cell['source'])[:60]}"
+
+
+def test_nothing_on_stderr(notebook):
+    for cell in code_cells(notebook):
+        for output in cell["outputs"]:
+            assert output.get("name") != "stderr", f"stderr output: {output_text(output)[:200]}"
+
+
+def test_no_machine_paths(notebook):
+    for cell in code_cells(notebook):
+        for output in cell["outputs"]:
+            assert not MACHINE_PATH.search(output_text(output)), output_text(output)[:200]
+
+
+def test_every_figure_has_alt_text(notebook):
+    figures = 0
+    for cell in code_cells(notebook):
+        if any("image/png" in output.get("data", {}) for output in cell["outputs"]):
+            figures += 1
+            alt = cell["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
+            assert len(alt.split()) >= 8, f"figure without a real alt text: {''.join(cell['source'])[:80]}"
+    assert figures >= 1, "every lesson has at least one figure"
+
+
+def test_lesson_structure(notebook):
+    markdown = "\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
+    code = "\n".join("".join(cell["source"]) for cell in code_cells(notebook))
+    assert markdown.lstrip().startswith("# Lesson "), "a lesson opens with its title"
+    assert "In this lesson you will" in markdown, "objectives at the top"
+    assert "## Summary" in markdown
+    exercises = re.findall(r":::\{exercise\}.*\n:label: (\S+)", markdown)
+    assert 2 <= len(exercises) <= 4, f"2-4 exercises, found {len(exercises)}"
+    for label in exercises:
+        assert f"{{solution-start}} {label}\n:class: dropdown" in markdown, f"exercise {label} has a hidden solution"
+    assert markdown.count("{solution-start}") == markdown.count("{solution-end}")
+    assert len(re.findall(r'check\("\d\.\d"', code)) >= len(exercises), "every exercise has a self-check"
+
+
+def test_ignored_outputs_are_machine_dependent(notebook):
+    """nbval-ignore-output is only for timings, devices and versions, never for convenience."""
+    machine_words = ("time", "device", "version", "cuda", "bench", "perf_counter", "gpu")
+    for cell in code_cells(notebook):
+        if "nbval-ignore-output" in tags(cell):
+            source = "".join(cell["source"]).lower()
+            assert any(word in source for word in machine_words), f"ignored output without a reason: {source[:80]}"

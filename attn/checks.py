@@ -6,7 +6,7 @@ import numpy as np
 def describe_array_problem(answer, expected, what, atol=1e-6):
     """Return a sentence about how ``answer`` differs from ``expected``, or None if it matches."""
     if answer is None or answer is Ellipsis:
-        return f"{what} is still empty: replace the ... with your code."
+        return f"nothing yet for {what}: replace the ... with your code."
     try:
         got = np.asarray(answer, dtype=float)
     except (TypeError, ValueError):

@@ -74,3 +74,101 @@ def _weighted_lookup(answer):
     except Exception as error:  # noqa: BLE001
         return f"'fruit' should raise KeyError, but it raised {type(error).__name__}."
     return f"'fruit' is not a key, so it should raise KeyError, but your function returned {got!r}."
+
+
+# Lesson 2 ---------------------------------------------------------------
+
+DURABLE_QUERY = np.array([0.1, 0.9, 0.2])  # "something hard-wearing": the query of the exercises
+
+
+def _argmax_one_hot(scores):
+    weights = np.zeros_like(scores)
+    weights[np.argmax(scores)] = 1.0
+    return weights
+
+
+@_exercise("2.1", "the durable query matches chair best (0.84), then banana (0.28), then apple (0.22).")
+def _durable_scores(answer):
+    problem = describe_array_problem(answer, fruit.KEYS @ DURABLE_QUERY, "your scores")
+    if problem and np.shape(answer) == (3,) and np.allclose(answer, DURABLE_QUERY @ fruit.KEYS.T / np.sqrt(3)):
+        return "these are scaled by 1/sqrt(3); this exercise asks for the plain dot products (scaling is lesson 3)."
+    return problem
+
+
+@_exercise("2.2", "cosine similarity divides the dot product by both lengths, so it lies between -1 and 1.")
+def _cosine_banana(answer):
+    banana = fruit.KEYS[fruit.NAMES.index("banana")]
+    expected = banana @ fruit.QUERY / (np.linalg.norm(banana) * np.linalg.norm(fruit.QUERY))
+    if np.ndim(answer) == 0 and answer is not None and answer is not Ellipsis and np.isclose(float(answer), banana @ fruit.QUERY):
+        return "that is the plain dot product; divide it by the lengths of both vectors (np.linalg.norm)."
+    return describe_array_problem(answer, expected, "your cosine similarity")
+
+
+@_exercise("2.3", "hard attention over vectors returns the whole value row of the best-matching key: chair's.")
+def _hard_attention_durable(answer):
+    expected = _argmax_one_hot(fruit.KEYS @ DURABLE_QUERY) @ fruit.VALUES
+    if np.shape(answer) == (3,) and np.allclose(answer, _argmax_one_hot(fruit.KEYS @ DURABLE_QUERY)):
+        return "that is the one-hot weight vector; multiply it by VALUES to get the value it selects."
+    return describe_array_problem(answer, expected, "your output")
+
+
+# Lesson 3 ---------------------------------------------------------------
+
+
+@_exercise("3.1", "scaled by 1/sqrt(3) the durable query scores apple 0.13, banana 0.16, chair 0.48.")
+def _scaled_durable(answer):
+    expected = fruit.KEYS @ DURABLE_QUERY / np.sqrt(fruit.KEYS.shape[1])
+    if np.shape(answer) == (3,) and np.allclose(answer, fruit.KEYS @ DURABLE_QUERY):
+        return "these are the unscaled dot products; divide by sqrt(d_k) = sqrt(3)."
+    if np.shape(answer) == (3,) and np.allclose(answer, fruit.KEYS @ DURABLE_QUERY / 3):
+        return "you divided by d_k = 3; divide by its square root instead."
+    return describe_array_problem(answer, expected, "your scaled scores")
+
+
+@_exercise("3.2", "one matrix product scores both queries against all three keys: a (2, 3) matrix.")
+def _two_queries(answer):
+    queries = np.stack([fruit.QUERY, DURABLE_QUERY])  # (2, d_k)
+    expected = queries @ fruit.KEYS.T / np.sqrt(fruit.KEYS.shape[1])  # (2, 3)
+    if np.shape(answer) == (3, 2):
+        return "your matrix has shape (3, 2), one row per key; put the queries in rows: queries @ KEYS.T."
+    return describe_array_problem(answer, expected, "your score matrix")
+
+
+@_exercise("3.3", "at d_k = 256 the unscaled scores are 16 times larger than the scaled ones, and softmax saturates.")
+def _saturation_ratio(answer):
+    return describe_array_problem(answer, np.sqrt(256), "your ratio")
+
+
+# Lesson 4 ---------------------------------------------------------------
+
+
+@_exercise("4.1", "subtracting the maximum first gives exp(-2), exp(-1), exp(0) over their sum: no overflow.")
+def _stable_softmax(answer):
+    from attn.softmax import softmax
+
+    expected = softmax(np.array([1000.0, 1001.0, 1002.0]))
+    if answer is not None and answer is not Ellipsis and not np.isfinite(np.asarray(answer, dtype=float)).all():
+        return "your weights contain NaN or inf: exp(1000) overflows; subtract the largest score before exp."
+    return describe_array_problem(answer, expected, "your weights")
+
+
+@_exercise("4.2", "the durable query's output leans towards the chair's value: a lower price, a higher use.")
+def _durable_output(answer):
+    from attn.attention import scaled_dot_product_attention
+
+    expected, _ = scaled_dot_product_attention(DURABLE_QUERY[None, :], fruit.KEYS, fruit.VALUES)
+    expected = expected[0]  # (d_v,)
+    unscaled_weights = np.exp(fruit.KEYS @ DURABLE_QUERY) / np.exp(fruit.KEYS @ DURABLE_QUERY).sum()
+    if np.shape(answer) == (3,) and np.allclose(answer, unscaled_weights @ fruit.VALUES):
+        return "close, but the scores were not scaled: divide by sqrt(d_k) before the softmax."
+    return describe_array_problem(answer, expected, "your output", atol=1e-4)
+
+
+@_exercise("4.3", "at temperature 0.5 the fruit weights sharpen: the best match gains and the worst loses.")
+def _temperature(answer):
+    from attn.softmax import softmax
+
+    scores = fruit.KEYS @ fruit.QUERY / np.sqrt(fruit.KEYS.shape[1])
+    if np.shape(answer) == (3,) and np.allclose(answer, softmax(scores * 0.5)):
+        return "you multiplied by the temperature; divide the scores by it (a low temperature makes them larger)."
+    return describe_array_problem(answer, softmax(scores / 0.5), "your weights", atol=1e-4)

@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import numpy
+
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
 
@@ -22,10 +24,12 @@ def tags(cell):
 def teaching_namespace(path):
     """Run the cells tagged ``teaching-version`` of a lesson and return the names they define.
 
+    The teaching cells may use ``np``, which the lesson imported in its first cell.
+
     Lessons build a teaching version step by step (loops, then vectors); the tests use this to
     check that those versions and the ``attn`` package agree.
     """
-    namespace = {}
+    namespace = {"np": numpy}
     for cell in code_cells(load(path)):
         if "teaching-version" in tags(cell):
             exec(compile("".join(cell["source"]), f"{Path(path).name}:teaching", "exec"), namespace)  # noqa: S102

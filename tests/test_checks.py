@@ -13,7 +13,7 @@ def verdict(capsys, exercise_id, answer):
 
 
 def test_describe_array_problem_names_what_is_wrong():
-    assert "still empty" in describe_array_problem(..., [1.0], "x")
+    assert "nothing yet" in describe_array_problem(..., [1.0], "x")
     assert "shape (2,), expected shape (3,)" in describe_array_problem([1, 2], [1, 2, 3], "x")
     assert "NaN or inf" in describe_array_problem([np.nan], [1.0], "x")
     assert "1 of 3 entries" in describe_array_problem([1, 2, 4], [1, 2, 3], "x")
@@ -44,3 +44,25 @@ def test_lookup_function_check(capsys):
     assert "returned 0" in verdict(capsys, "1.3", lambda name: prices.get(name, 0))
     assert "no brackets" in verdict(capsys, "1.3", 9)
     assert "expected 9" in verdict(capsys, "1.3", lambda name: 1)
+
+
+def test_lesson_2_to_4_checks_accept_the_right_answer_and_name_common_mistakes(capsys):
+    from attn import fruit, softmax
+    from attn.exercises import DURABLE_QUERY
+
+    scores = fruit.KEYS @ DURABLE_QUERY
+    assert verdict(capsys, "2.1", scores).startswith("Correct")
+    assert "scaled by 1/sqrt(3)" in verdict(capsys, "2.1", scores / np.sqrt(3))
+    assert "plain dot product" in verdict(capsys, "2.2", fruit.KEYS[1] @ fruit.QUERY)
+    assert "one-hot weight vector" in verdict(capsys, "2.3", np.array([0.0, 0.0, 1.0]))
+    assert verdict(capsys, "2.3", fruit.VALUES[2]).startswith("Correct")
+    assert "unscaled" in verdict(capsys, "3.1", scores)
+    assert "square root" in verdict(capsys, "3.1", scores / 3)
+    assert "(3, 2)" in verdict(capsys, "3.2", np.zeros((3, 2)))
+    assert verdict(capsys, "3.3", 16).startswith("Correct")
+    assert "overflows" in verdict(capsys, "4.1", np.array([np.nan, np.nan, np.nan]))
+    assert verdict(capsys, "4.1", softmax(np.array([0.0, 1.0, 2.0]))).startswith("Correct")
+    assert "not scaled" in verdict(capsys, "4.2", softmax(scores) @ fruit.VALUES)
+    fruit_scores = fruit.KEYS @ fruit.QUERY / np.sqrt(3)
+    assert "divide the scores" in verdict(capsys, "4.3", softmax(fruit_scores * 0.5))
+    assert verdict(capsys, "4.3", softmax(fruit_scores / 0.5)).startswith("Correct")

@@ -36,3 +36,21 @@ def test_weight_bars():
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="one weight per label"):
         weight_bars([0.2, 0.8], ["a"], "w")
+
+
+def test_explorer_pieces():
+    from attn.explorer import explorer, fruit_attention, sweep_grid
+
+    weights, output = fruit_attention([0.8, 0.2, 0.1])
+    np.testing.assert_allclose(weights, [0.3722, 0.3473, 0.2805], atol=1e-4)
+    assert output.shape == (3,)
+    with pytest.raises(ValueError, match="temperature must be positive, got 0"):
+        fruit_attention([0.8, 0.2, 0.1], temperature=0)
+    figure = sweep_grid([0.8, 0.2, 0.1], temperatures=(0.5, 2.0))
+    assert len(figure.axes) == 4
+    plt.close(figure)
+    widget = explorer()
+    assert [child.description for child in widget.children[:5]] == [
+        "sweetness", "durability", "texture", "divide by sqrt(d_k)", "temperature"
+    ]
+    plt.close("all")

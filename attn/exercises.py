@@ -172,3 +172,40 @@ def _temperature(answer):
     if np.shape(answer) == (3,) and np.allclose(answer, softmax(scores * 0.5)):
         return "you multiplied by the temperature; divide the scores by it (a low temperature makes them larger)."
     return describe_array_problem(answer, softmax(scores / 0.5), "your weights", atol=1e-4)
+
+
+# Lesson 5 ---------------------------------------------------------------
+
+
+@_exercise("5.1", "position i may attend to positions 0..i: ones on and below the diagonal.")
+def _causal_four(answer):
+    from attn.attention import causal_mask
+
+    expected = causal_mask(4)
+    if answer is None or answer is Ellipsis:
+        return describe_array_problem(answer, expected, "your mask")
+    if np.shape(answer) == (4, 4) and np.array_equal(np.asarray(answer, dtype=bool), expected.T):
+        return "this mask lets each position see the future, not the past: rows are queries, so keep the lower triangle."
+    if np.shape(answer) == (4, 4) and np.asarray(answer).dtype != bool:
+        return "the numbers are right only if the mask is boolean; use dtype=bool (True = may attend)."
+    return describe_array_problem(answer, expected, "your mask")
+
+
+@_exercise("5.2", "nn.MultiheadAttention's key_padding_mask marks the padding with True: the opposite of a keep-mask.")
+def _padding_for_torch(answer):
+    from attn.attention import padding_mask
+
+    keep = padding_mask([2, 4], 4)[:, 0, :]  # (B, T_k)
+    if np.shape(answer) == (2, 4) and np.array_equal(np.asarray(answer, dtype=bool), keep):
+        return "that is the course's keep-mask (True = may attend); PyTorch's key_padding_mask wants True = blocked."
+    if np.shape(answer) == (2, 1, 4):
+        return "key_padding_mask has shape (B, T_k) = (2, 4): drop the middle axis."
+    return describe_array_problem(answer, ~keep, "your key_padding_mask")
+
+
+@_exercise("5.3", "a float32 T x T matrix at T = 32,768 takes 32768**2 * 4 bytes = 4 GiB, for one head of one sequence.")
+def _memory_32k(answer):
+    expected = 32768**2 * 4 / 2**30
+    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and np.isclose(float(answer), 32768**2 * 8 / 2**30):
+        return "that counts 8 bytes per number (float64); float32 uses 4."
+    return describe_array_problem(answer, expected, "your size in GiB")

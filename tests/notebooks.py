@@ -3,8 +3,6 @@
 import json
 from pathlib import Path
 
-import numpy
-
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted((ROOT / "lessons").glob("*.ipynb"))
 
@@ -24,13 +22,13 @@ def tags(cell):
 def teaching_namespace(path):
     """Run the cells tagged ``teaching-version`` of a lesson and return the names they define.
 
-    The teaching cells may use ``np``, which the lesson imported in its first cell.
+    The lesson's first code cell (its imports) runs first, since the teaching cells use those names.
 
     Lessons build a teaching version step by step (loops, then vectors); the tests use this to
     check that those versions and the ``attn`` package agree.
     """
-    namespace = {"np": numpy}
-    for cell in code_cells(load(path)):
-        if "teaching-version" in tags(cell):
+    namespace = {}
+    for index, cell in enumerate(code_cells(load(path))):
+        if index == 0 or "teaching-version" in tags(cell):
             exec(compile("".join(cell["source"]), f"{Path(path).name}:teaching", "exec"), namespace)  # noqa: S102
     return namespace

@@ -66,3 +66,17 @@ def test_lesson_2_to_4_checks_accept_the_right_answer_and_name_common_mistakes(c
     fruit_scores = fruit.KEYS @ fruit.QUERY / np.sqrt(3)
     assert "divide the scores" in verdict(capsys, "4.3", softmax(fruit_scores * 0.5))
     assert verdict(capsys, "4.3", softmax(fruit_scores / 0.5)).startswith("Correct")
+
+
+def test_lesson_5_checks(capsys):
+    from attn import causal_mask, padding_mask
+
+    assert verdict(capsys, "5.1", causal_mask(4)).startswith("Correct")
+    assert "future" in verdict(capsys, "5.1", causal_mask(4).T)
+    assert "dtype=bool" in verdict(capsys, "5.1", causal_mask(4).astype(int))
+    keep = padding_mask([2, 4], 4)[:, 0, :]
+    assert verdict(capsys, "5.2", ~keep).startswith("Correct")
+    assert "True = blocked" in verdict(capsys, "5.2", keep)
+    assert "drop the middle axis" in verdict(capsys, "5.2", ~padding_mask([2, 4], 4))
+    assert verdict(capsys, "5.3", 4.0).startswith("Correct")
+    assert "float64" in verdict(capsys, "5.3", 8.0)

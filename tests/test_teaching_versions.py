@@ -53,3 +53,18 @@ def test_one_query_loop_matches_package(lesson4):
     expected_output, expected_weights = scaled_dot_product_attention(fruit.QUERY[None], fruit.KEYS, fruit.VALUES)
     np.testing.assert_allclose(output, expected_output[0])
     np.testing.assert_allclose(weights, expected_weights[0])
+
+
+def test_self_attention_steps_match_package_and_torch():
+    import torch
+    from torch.nn import functional
+
+    steps = teaching_namespace(ROOT / "lessons" / "05_attention_matrix.ipynb")["self_attention_steps"]
+    rng = np.random.default_rng(3)
+    x, w_query, w_key, w_value = rng.standard_normal((7, 8)), *rng.standard_normal((3, 8, 4))
+    output, weights = steps(x, w_query, w_key, w_value)
+    expected, expected_weights = scaled_dot_product_attention(x @ w_query, x @ w_key, x @ w_value)
+    np.testing.assert_allclose(output, expected)
+    np.testing.assert_allclose(weights, expected_weights)
+    tensors = [torch.from_numpy(array) for array in (x @ w_query, x @ w_key, x @ w_value)]
+    np.testing.assert_allclose(output, functional.scaled_dot_product_attention(*tensors).numpy(), atol=1e-12)

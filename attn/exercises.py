@@ -209,3 +209,37 @@ def _memory_32k(answer):
     if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and np.isclose(float(answer), 32768**2 * 8 / 2**30):
         return "that counts 8 bytes per number (float64); float32 uses 4."
     return describe_array_problem(answer, expected, "your size in GiB")
+
+
+# Lesson 6 ---------------------------------------------------------------
+
+
+@_exercise("6.1", "(B, T, E) = (2, 10, 64) split into 8 heads is (B, H, T, d) = (2, 8, 10, 8).")
+def _split_shape(answer):
+    if answer is None or answer is Ellipsis:
+        return "nothing yet for your shape: replace the ... with a tuple."
+    shape = tuple(int(size) for size in answer) if isinstance(answer, tuple | list) else None
+    if shape is None:
+        return f"give the shape as a tuple of four numbers, not a {type(answer).__name__}."
+    if shape == (2, 10, 8, 8):
+        return "that is the shape after view, before transpose: the heads axis must come before the tokens."
+    if shape != (2, 8, 10, 8):
+        return f"{shape} is not it: the order is (B, H, T, d), and d = E / H."
+    return None
+
+
+@_exercise("6.2", "4 E^2 weights and 4 E biases: 1,050,624 parameters at E = 512, whatever the number of heads.")
+def _parameter_count(answer):
+    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and int(answer) == 4 * 512 * 512:
+        return "that counts the weights only; each of the four projections also has E biases."
+    return describe_array_problem(answer, 4 * 512 * 512 + 4 * 512, "your count")
+
+
+@_exercise("6.3", "4 * B * H * T^2 * d / t = 4 * 4 * 16 * 4096^2 * 64 / 0.002 s is about 137 TFLOP/s.")
+def _tflops(answer):
+    expected = 4 * 4 * 16 * 4096**2 * 64 / 0.002 / 1e12
+    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and np.isclose(float(answer), expected * 1e12):
+        return "that is in FLOP/s; divide by 1e12 for TFLOP/s."
+    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and np.isclose(float(answer), expected / 2):
+        return "each of Q K^T and A V takes 2 * B * H * T^2 * d operations (a multiply and an add): 4 in total."
+    return describe_array_problem(answer, expected, "your TFLOP/s", atol=0.05)

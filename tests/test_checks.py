@@ -80,3 +80,16 @@ def test_lesson_5_checks(capsys):
     assert "drop the middle axis" in verdict(capsys, "5.2", ~padding_mask([2, 4], 4))
     assert verdict(capsys, "5.3", 4.0).startswith("Correct")
     assert "float64" in verdict(capsys, "5.3", 8.0)
+
+
+def test_lesson_6_checks(capsys):
+    assert verdict(capsys, "6.1", (2, 8, 10, 8)).startswith("Correct")
+    assert "before transpose" in verdict(capsys, "6.1", (2, 10, 8, 8))
+    assert "(B, H, T, d)" in verdict(capsys, "6.1", (2, 8, 10, 64))
+    assert "tuple" in verdict(capsys, "6.1", 5)
+    assert verdict(capsys, "6.2", 1_050_624).startswith("Correct")
+    assert "biases" in verdict(capsys, "6.2", 4 * 512 * 512)
+    expected = 4 * 4 * 16 * 4096**2 * 64 / 0.002 / 1e12
+    assert verdict(capsys, "6.3", expected).startswith("Correct")
+    assert "divide by 1e12" in verdict(capsys, "6.3", expected * 1e12)
+    assert "4 in total" in verdict(capsys, "6.3", expected / 2)

@@ -1,0 +1,192 @@
+"""Benchmark the attention core (explicit vs fused) and whole layers (ours vs nn.MultiheadAttention).
+
+    python -m attn.bench --out lessons/results/bench-NAME.json
+
+Times are medians after warm-up, with the device synchronised around every run. The JSON
+records where it ran (device name, torch and CUDA versions, dtype, shapes, date) so that a
+plot can say where its numbers came from.
+"""
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from attn.device import describe_device, pick_device
+from attn.multihead import MultiHeadAttention, explicit_attention, fused_attention
+
+# Dense bf16 tensor-core peaks in TFLOP/s, from the vendors' data sheets (without sparsity).
+PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def peak_bf16_tflops(device_name):
+    """The dense bf16 peak for a GPU name, or None when the course does not know it."""
+    for key, peak in PEAK_BF16_TFLOPS.items():  # "H100 PCIe" is checked before plain "H100"
+        if all(part in device_name for part in key.split()):
+            return peak
+    return None
+
+
+def attention_flops(batch, heads, length, head_dim):
+    """Floating-point operations of the attention core: Q K^T and A V, 2 * 2 * B * H * T^2 * d."""
+    return 4 * batch * heads * length**2 * head_dim
+
+
+def _synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def median_seconds(function, device, warmup=3, repeats=10):
+    """Median wall-clock time of ``function()`` in seconds, synchronising the device around each run."""
+    for _ in range(warmup):
+        function()
+    times = []
+    for _ in range(repeats):
+        _synchronize(device)
+        start = time.perf_counter()
+        function()
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _measure(function, device, repeats):
+    """Time and peak memory of one case, or the reason it could not run."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        seconds = median_seconds(function, device, repeats=repeats)
+    except torch.OutOfMemoryError:
+        return {"status": "out of memory"}
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return {"status": "ok", "seconds": seconds, "peak_mib": peak}
+
+
+def run_benchmark(device=None, dtype=torch.bfloat16, batch=4, heads=16, head_dims=(64, 128), lengths=(512, 1024, 2048, 4096),
+                  repeats=10, layers=True):
+    """Measure every case and return the results as a dictionary (see the module docstring)."""
+    device = torch.device(device) if device is not None else pick_device()
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    rows = []
+    for head_dim in head_dims:
+        for length in lengths:
+            shape = (batch, heads, length, head_dim)
+            q, k, v = (torch.randn(shape, generator=generator).to(device, dtype) for _ in range(3))
+            flops = attention_flops(batch, heads, length, head_dim)
+            cases = {
+                "explicit": lambda q=q, k=k, v=v: explicit_attention(q, k, v),
+                "fused": lambda q=q, k=k, v=v: fused_attention(q, k, v),
+            }
+            if layers:
+                embed_dim = heads * head_dim
+                reference = nn.MultiheadAttention(embed_dim, heads, batch_first=True).to(device, dtype).eval()
+                ours = MultiHeadAttention.from_torch(reference).eval()
+                x = torch.randn((batch, length, embed_dim), generator=generator).to(device, dtype)
+                cases["layer (ours)"] = lambda ours=ours, x=x: ours(x, x, x)
+                cases["layer (nn.MultiheadAttention)"] = lambda ref=reference, x=x: ref(x, x, x, need_weights=False)
+            for name, function in cases.items():
+                with torch.inference_mode():
+                    result = _measure(function, device, repeats)
+                row = {"case": name, "batch": batch, "heads": heads, "head_dim": head_dim, "length": length, **result}
+                if result["status"] == "ok" and name in ("explicit", "fused"):
+                    row["tflops"] = flops / result["seconds"] / 1e12
+                rows.append(row)
+    name = describe_device(device)
+    return {
+        "device": name,
+        "device_type": device.type,
+        "peak_bf16_tflops": peak_bf16_tflops(name) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "dtype": str(dtype).replace("torch.", ""),
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "date": datetime.date.today().isoformat(),
+        "flops_formula": "4 * B * H * T^2 * d (attention core only)",
+        "rows": rows,
+    }
+
+
+def share_of_peak(result, row):
+    """The fraction of the GPU's dense bf16 peak a core row reached, or None if unknown."""
+    peak = result.get("peak_bf16_tflops")
+    if not peak or "tflops" not in row or result.get("dtype") != "bfloat16":
+        return None
+    return row["tflops"] / peak
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    parser.add_argument("--dtype", default=None, help="bfloat16, float16 or float32 (default: bfloat16 on a GPU, float32 on CPU)")
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--lengths", type=int, nargs="+", default=None)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", required=True, help="where to write the JSON results")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device) if args.device else pick_device()
+    on_gpu = device.type != "cpu"
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if on_gpu else torch.float32)
+    lengths = args.lengths or ([512, 1024, 2048, 4096, 8192, 16384, 32768] if on_gpu else [128, 256, 512, 1024, 2048])
+    batch = args.batch or (4 if on_gpu else 1)
+    result = run_benchmark(device, dtype, batch, args.heads, tuple(args.head_dims), tuple(lengths), args.repeats)
+    with open(args.out, "w") as handle:
+        json.dump(result, handle, indent=1)
+    for row in result["rows"]:
+        timing = f"{row['seconds'] * 1e3:9.2f} ms" if row["status"] == "ok" else row["status"]
+        extra = f"  {row['tflops']:7.2f} TFLOP/s" if "tflops" in row else ""
+        print(f"d={row['head_dim']:4d} T={row['length']:6d} {row['case']:32s} {timing}{extra}")
+    print(f"wrote {args.out} ({result['device']}, torch {result['torch']}, {result['dtype']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+def label(result):
+    """Where a result came from, for a plot title: device, dtype, torch version and date."""
+    return f"{result['device']}, {result['dtype']}, torch {result['torch']}, {result['date']}"
+
+
+def plot(result, axes=None):
+    """Core time and TFLOP/s against T for the explicit and fused paths, one line per head size."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 4))
+    time_axis, rate_axis = axes
+    styles = {"explicit": ("#440154", "o-"), "fused": ("#21918c", "s-")}
+    for head_dim in sorted({row["head_dim"] for row in result["rows"]}):
+        for case, (colour, marker) in styles.items():
+            rows = [r for r in result["rows"] if r["case"] == case and r["head_dim"] == head_dim and r["status"] == "ok"]
+            lengths = [r["length"] for r in rows]
+            name = f"{case}, d={head_dim}"
+            time_axis.loglog(lengths, [r["seconds"] * 1e3 for r in rows], marker, color=colour, label=name)
+            rate_axis.semilogx(lengths, [r["tflops"] for r in rows], marker, color=colour, label=name)
+    time_axis.set(xlabel="sequence length T", ylabel="milliseconds (median)", title="Attention core time")
+    rate_axis.set(xlabel="sequence length T", ylabel="TFLOP/s = 4 B H T^2 d / t", title="Achieved throughput")
+    if result.get("peak_bf16_tflops") and result.get("dtype") == "bfloat16":
+        rate_axis.axhline(result["peak_bf16_tflops"], color="grey", ls="--", label="dense bf16 peak")
+    measured = sorted({row["length"] for row in result["rows"]})
+    for axis in axes:
+        axis.set_xticks(measured, labels=[str(length) for length in measured])
+        axis.minorticks_off()
+        axis.legend(fontsize=8)
+    axes[0].figure.suptitle(label(result), fontsize=10)
+    axes[0].figure.tight_layout()
+    return axes

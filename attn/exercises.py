@@ -243,3 +243,44 @@ def _tflops(answer):
     if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and np.isclose(float(answer), expected / 2):
         return "each of Q K^T and A V takes 2 * B * H * T^2 * d operations (a multiply and an add): 4 in total."
     return describe_array_problem(answer, expected, "your TFLOP/s", atol=0.05)
+
+
+# Lesson 7 ---------------------------------------------------------------
+
+
+@_exercise("7.1", "guessing among 16 equally likely values is right 1 time in 16: 0.0625.")
+def _chance(answer):
+    return describe_array_problem(answer, 1 / 16, "your accuracy")
+
+
+@_exercise("7.2", "one-hot weights from key == query, times the values: lesson 1's hard attention, exact on every example.")
+def _hard_recall(answer):
+    import torch
+
+    from attn.recall import make_recall_data
+
+    if not callable(answer):
+        return f"pass the function itself (no brackets), not a {type(answer).__name__}."
+    data = make_recall_data(200, seed=7)
+    try:
+        predicted = torch.as_tensor(answer(data.keys, data.values, data.query))
+    except Exception as error:  # noqa: BLE001 - any failure is reported to the learner
+        return f"calling your function raised {type(error).__name__}: {error}"
+    if predicted.shape != data.target.shape:
+        expected = tuple(data.target.shape)
+        return f"your function returned shape {tuple(predicted.shape)}; expected one value per example, {expected}."
+    wrong = int((predicted.long() != data.target).sum())
+    if wrong:
+        return f"{wrong} of {len(data)} lookups are wrong; the weights should be 1 exactly where keys == query[:, None]."
+    return None
+
+
+@_exercise("7.3", "2 * 16 * 32 embeddings + (4 * 32^2 + 4 * 32) attention + (32 * 16 + 16) readout = 5,776 parameters.")
+def _recall_parameters(answer):
+    embed_dim, n_keys, n_values = 32, 16, 16
+    embeddings = (n_keys + n_values) * embed_dim
+    attention = 4 * embed_dim**2 + 4 * embed_dim
+    readout = embed_dim * n_values + n_values
+    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and int(answer) == embeddings + attention:
+        return "you left out the readout, a Linear(32, 16) with its bias."
+    return describe_array_problem(answer, embeddings + attention + readout, "your count")

@@ -93,3 +93,16 @@ def test_lesson_6_checks(capsys):
     assert verdict(capsys, "6.3", expected).startswith("Correct")
     assert "divide by 1e12" in verdict(capsys, "6.3", expected * 1e12)
     assert "4 in total" in verdict(capsys, "6.3", expected / 2)
+
+
+def test_lesson_7_checks(capsys):
+    assert verdict(capsys, "7.1", 1 / 16).startswith("Correct")
+
+    def exact(keys, values, query):
+        return ((keys == query[:, None]).long() * values).sum(dim=1)
+
+    assert verdict(capsys, "7.2", exact).startswith("Correct")
+    assert "lookups are wrong" in verdict(capsys, "7.2", lambda keys, values, query: values[:, 0])
+    assert "shape" in verdict(capsys, "7.2", lambda keys, values, query: values)
+    assert verdict(capsys, "7.3", 5776).startswith("Correct")
+    assert "readout" in verdict(capsys, "7.3", 5776 - 528)

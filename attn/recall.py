@@ -1,0 +1,93 @@
+"""Associative recall: a dictionary lookup learned from examples (lesson 7).
+
+Each example is a context of (key, value) pairs with distinct keys, then a query key;
+the target is the value paired with that key in the context.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from attn.multihead import MultiHeadAttention
+
+
+@dataclass
+class RecallData:
+    keys: torch.Tensor  # (N, P) key ids, distinct within an example
+    values: torch.Tensor  # (N, P) value ids
+    query: torch.Tensor  # (N,) the key asked for
+    target: torch.Tensor  # (N,) its value
+    position: torch.Tensor  # (N,) where the query's key sits in the context
+
+    def __len__(self):
+        return len(self.query)
+
+    def batch(self, index):
+        return RecallData(self.keys[index], self.values[index], self.query[index], self.target[index], self.position[index])
+
+
+def make_recall_data(n_examples, n_pairs=6, n_keys=16, n_values=16, seed=0):
+    """``n_examples`` seeded examples of ``n_pairs`` (key, value) pairs and one query each."""
+    if n_pairs > n_keys:
+        raise ValueError(f"n_pairs={n_pairs} distinct keys cannot be drawn from n_keys={n_keys}")
+    generator = torch.Generator().manual_seed(seed)
+    keys = torch.rand(n_examples, n_keys, generator=generator).argsort(dim=1)[:, :n_pairs]  # (N, P), distinct
+    values = torch.randint(n_values, (n_examples, n_pairs), generator=generator)  # (N, P)
+    position = torch.randint(n_pairs, (n_examples,), generator=generator)  # (N,)
+    rows = torch.arange(n_examples)
+    return RecallData(keys, values, keys[rows, position], values[rows, position], position)
+
+
+class RecallModel(nn.Module):
+    """Embeddings, one attention layer from the course, and a linear readout.
+
+    Each pair becomes one token, key embedding + value embedding (B, P, E); the query key is
+    the single query token (B, 1, E). Attention must find the pair whose key matches and copy
+    out its value, which the readout turns into scores over the value vocabulary.
+    """
+
+    def __init__(self, n_keys=16, n_values=16, embed_dim=32, num_heads=1):
+        super().__init__()
+        self.key_embedding = nn.Embedding(n_keys, embed_dim)
+        self.value_embedding = nn.Embedding(n_values, embed_dim)
+        self.attention = MultiHeadAttention(embed_dim, num_heads)
+        self.readout = nn.Linear(embed_dim, n_values)
+
+    def forward(self, keys, values, query):
+        """keys, values (B, P), query (B,) -> value logits (B, n_values), weights (B, H, 1, P)."""
+        pairs = self.key_embedding(keys) + self.value_embedding(values)  # (B, P, E)
+        question = self.key_embedding(query)[:, None, :]  # (B, 1, E)
+        attended, weights = self.attention(question, pairs, pairs, need_weights=True)  # (B, 1, E)
+        return self.readout(attended[:, 0]), weights
+
+
+def train(model, data, steps=300, batch_size=128, learning_rate=3e-3, seed=0):
+    """Adam on cross-entropy with seeded mini-batches; returns the loss of every step."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        batch = data.batch(torch.randint(len(data), (batch_size,), generator=generator))
+        logits, _ = model(batch.keys, batch.values, batch.query)
+        loss = nn.functional.cross_entropy(logits, batch.target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def accuracy(model, data):
+    """Fraction of examples whose most likely value is the target."""
+    logits, _ = model(data.keys, data.values, data.query)
+    return (logits.argmax(dim=-1) == data.target).float().mean().item()
+
+
+def most_common_value_accuracy(train_data, test_data):
+    """Accuracy of always answering the value most common in the training targets: a model that cannot look up."""
+    most_common = torch.bincount(train_data.target).argmax()
+    return (test_data.target == most_common).float().mean().item()

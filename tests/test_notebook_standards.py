@@ -74,12 +74,13 @@ def test_lesson_structure(notebook):
     assert markdown.lstrip().startswith("# Lesson "), "a lesson opens with its title"
     assert "In this lesson you will" in markdown, "objectives at the top"
     assert "## Summary" in markdown
-    exercises = re.findall(r":::\{exercise\}.*\n:label: (\S+)", markdown)
-    assert 2 <= len(exercises) <= 4, f"2-4 exercises, found {len(exercises)}"
-    for label in exercises:
+    exercises = re.findall(r":::\{exercise\} (\d)\.(\d): .*\n:label: (\S+)\n:nonumber:", markdown)
+    assert 2 <= len(exercises) <= 4, f"2-4 exercises titled 'L.N: ...', found {len(exercises)}"
+    for lesson, number, label in exercises:
+        assert label == f"ex-{lesson}-{number}", f"exercise {lesson}.{number} has label {label}"
+        assert f'check("{lesson}.{number}"' in code, f"exercise {lesson}.{number} has no self-check with its id"
         assert f"{{solution-start}} {label}\n:class: dropdown" in markdown, f"exercise {label} has a hidden solution"
     assert markdown.count("{solution-start}") == markdown.count("{solution-end}")
-    assert len(re.findall(r'check\("\d\.\d"', code)) >= len(exercises), "every exercise has a self-check"
 
 
 def test_ignored_outputs_are_machine_dependent(notebook):

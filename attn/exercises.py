@@ -9,7 +9,9 @@ functions, not typed in.
 import numpy as np
 
 from attn import fruit
+from attn.attention import causal_mask, padding_mask, scaled_dot_product_attention
 from attn.checks import describe_array_problem, report
+from attn.softmax import softmax
 
 _CHECKS = {}
 
@@ -20,6 +22,16 @@ def _exercise(exercise_id, success):
         return function
 
     return register
+
+
+def _is_number(answer, value):
+    """True when ``answer`` is a single number equal to ``value``: used to recognise a common mistake."""
+    if answer is None or answer is Ellipsis or np.ndim(answer) != 0:
+        return False
+    try:
+        return bool(np.isclose(float(answer), value))
+    except (TypeError, ValueError):
+        return False
 
 
 def check(exercise_id, answer):
@@ -99,7 +111,7 @@ def _durable_scores(answer):
 def _cosine_banana(answer):
     banana = fruit.KEYS[fruit.NAMES.index("banana")]
     expected = banana @ fruit.QUERY / (np.linalg.norm(banana) * np.linalg.norm(fruit.QUERY))
-    if np.ndim(answer) == 0 and answer is not None and answer is not Ellipsis and np.isclose(float(answer), banana @ fruit.QUERY):
+    if _is_number(answer, banana @ fruit.QUERY):
         return "that is the plain dot product; divide it by the lengths of both vectors (np.linalg.norm)."
     return describe_array_problem(answer, expected, "your cosine similarity")
 
@@ -144,18 +156,15 @@ def _saturation_ratio(answer):
 
 @_exercise("4.1", "subtracting the maximum first gives exp(-2), exp(-1), exp(0) over their sum: no overflow.")
 def _stable_softmax(answer):
-    from attn.softmax import softmax
-
     expected = softmax(np.array([1000.0, 1001.0, 1002.0]))
-    if answer is not None and answer is not Ellipsis and not np.isfinite(np.asarray(answer, dtype=float)).all():
+    problem = describe_array_problem(answer, expected, "your weights")
+    if problem is not None and "NaN or inf" in problem:
         return "your weights contain NaN or inf: exp(1000) overflows; subtract the largest score before exp."
-    return describe_array_problem(answer, expected, "your weights")
+    return problem
 
 
 @_exercise("4.2", "the durable query's output leans towards the chair's value: a lower price, a higher use.")
 def _durable_output(answer):
-    from attn.attention import scaled_dot_product_attention
-
     expected, _ = scaled_dot_product_attention(DURABLE_QUERY[None, :], fruit.KEYS, fruit.VALUES)
     expected = expected[0]  # (d_v,)
     unscaled_weights = np.exp(fruit.KEYS @ DURABLE_QUERY) / np.exp(fruit.KEYS @ DURABLE_QUERY).sum()
@@ -166,8 +175,6 @@ def _durable_output(answer):
 
 @_exercise("4.3", "at temperature 0.5 the fruit weights sharpen: the best match gains and the worst loses.")
 def _temperature(answer):
-    from attn.softmax import softmax
-
     scores = fruit.KEYS @ fruit.QUERY / np.sqrt(fruit.KEYS.shape[1])
     if np.shape(answer) == (3,) and np.allclose(answer, softmax(scores * 0.5)):
         return "you multiplied by the temperature; divide the scores by it (a low temperature makes them larger)."
@@ -179,8 +186,6 @@ def _temperature(answer):
 
 @_exercise("5.1", "position i may attend to positions 0..i: ones on and below the diagonal.")
 def _causal_four(answer):
-    from attn.attention import causal_mask
-
     expected = causal_mask(4)
     if answer is None or answer is Ellipsis:
         return describe_array_problem(answer, expected, "your mask")
@@ -193,8 +198,6 @@ def _causal_four(answer):
 
 @_exercise("5.2", "nn.MultiheadAttention's key_padding_mask marks the padding with True: the opposite of a keep-mask.")
 def _padding_for_torch(answer):
-    from attn.attention import padding_mask
-
     keep = padding_mask([2, 4], 4)[:, 0, :]  # (B, T_k)
     if np.shape(answer) == (2, 4) and np.array_equal(np.asarray(answer, dtype=bool), keep):
         return "that is the course's keep-mask (True = may attend); PyTorch's key_padding_mask wants True = blocked."
@@ -206,7 +209,7 @@ def _padding_for_torch(answer):
 @_exercise("5.3", "a float32 T x T matrix at T = 32,768 takes 32768**2 * 4 bytes = 4 GiB, for one head of one sequence.")
 def _memory_32k(answer):
     expected = 32768**2 * 4 / 2**30
-    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and np.isclose(float(answer), 32768**2 * 8 / 2**30):
+    if _is_number(answer, 32768**2 * 8 / 2**30):
         return "that counts 8 bytes per number (float64); float32 uses 4."
     return describe_array_problem(answer, expected, "your size in GiB")
 
@@ -230,17 +233,19 @@ def _split_shape(answer):
 
 @_exercise("6.2", "4 E^2 weights and 4 E biases: 1,050,624 parameters at E = 512, whatever the number of heads.")
 def _parameter_count(answer):
-    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and int(answer) == 4 * 512 * 512:
+    if _is_number(answer, 4 * 512 * 512):
         return "that counts the weights only; each of the four projections also has E biases."
     return describe_array_problem(answer, 4 * 512 * 512 + 4 * 512, "your count")
 
 
 @_exercise("6.3", "4 * B * H * T^2 * d / t = 4 * 4 * 16 * 4096^2 * 64 / 0.002 s is about 137 TFLOP/s.")
 def _tflops(answer):
-    expected = 4 * 4 * 16 * 4096**2 * 64 / 0.002 / 1e12
-    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and np.isclose(float(answer), expected * 1e12):
+    from attn.bench import attention_flops  # imported here: attn.bench needs torch, the NumPy lessons do not
+
+    expected = attention_flops(4, 16, 4096, 64) / 0.002 / 1e12
+    if _is_number(answer, expected * 1e12):
         return "that is in FLOP/s; divide by 1e12 for TFLOP/s."
-    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and np.isclose(float(answer), expected / 2):
+    if _is_number(answer, expected / 2):
         return "each of Q K^T and A V takes 2 * B * H * T^2 * d operations (a multiply and an add): 4 in total."
     return describe_array_problem(answer, expected, "your TFLOP/s", atol=0.05)
 
@@ -255,7 +260,7 @@ def _chance(answer):
 
 @_exercise("7.2", "one-hot weights from key == query, times the values: lesson 1's hard attention, exact on every example.")
 def _hard_recall(answer):
-    import torch
+    import torch  # imported here: the NumPy lessons do not need torch
 
     from attn.recall import make_recall_data
 
@@ -281,6 +286,6 @@ def _recall_parameters(answer):
     embeddings = (n_keys + n_values) * embed_dim
     attention = 4 * embed_dim**2 + 4 * embed_dim
     readout = embed_dim * n_values + n_values
-    if answer is not None and answer is not Ellipsis and np.ndim(answer) == 0 and int(answer) == embeddings + attention:
+    if _is_number(answer, embeddings + attention):
         return "you left out the readout, a Linear(32, 16) with its bias."
     return describe_array_problem(answer, embeddings + attention + readout, "your count")

@@ -106,3 +106,8 @@ def test_lesson_7_checks(capsys):
     assert "shape" in verdict(capsys, "7.2", lambda keys, values, query: values)
     assert verdict(capsys, "7.3", 5776).startswith("Correct")
     assert "readout" in verdict(capsys, "7.3", 5776 - 528)
+
+
+def test_checks_survive_answers_of_the_wrong_kind(capsys):
+    for exercise_id in ("2.2", "4.1", "5.3", "6.2", "6.3", "7.3"):
+        assert verdict(capsys, exercise_id, "not a number").startswith("Not yet")

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 
-.PHONY: setup book test lab lint clean
+.PHONY: setup book test lab lint execute clean
 
 $(READY): requirements.txt pyproject.toml
 	@echo "Setting up $(VENV) (the first time takes a few minutes)..."
@@ -25,6 +25,10 @@ test: $(READY)
 
 lab: $(READY)
 	$(BIN)/jupyter lab lessons
+
+# Re-execute lessons in place, each in a fresh kernel: `make execute` (all) or `make execute LESSONS=lessons/05_*.ipynb`.
+execute: $(READY)
+	$(BIN)/python -m attn.execute $(LESSONS)
 
 lint: $(READY)
 	$(BIN)/ruff check attn tests lessons

@@ -1,0 +1,84 @@
+"""Re-execute lesson notebooks in place, each top to bottom in a fresh kernel, and time them.
+
+    python -m attn.execute                       # every lesson in lessons/
+    python -m attn.execute lessons/05_attention_matrix.ipynb
+    python -m attn.execute --times book/lesson_times.md
+
+This is how the committed outputs are produced: the working directory is the notebook's own
+folder (as in JupyterLab), no widget state is stored (the book cannot use it), and nothing
+else about the notebook changes. ``--times`` writes the measured running times as a Markdown
+table, which the instructors' guide includes.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+LESSONS = Path(__file__).resolve().parent.parent / "lessons"
+
+
+def execute(path, timeout=600):
+    """Execute one notebook in place in a fresh python3 kernel; return the seconds it took."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        store_widget_state=False,
+        record_timing=False,
+    )
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    notebook.metadata.pop("widgets", None)  # state from an earlier run would load widget scripts for nothing
+    nbformat.write(notebook, path)
+    return seconds
+
+
+def title_of(path):
+    """The notebook's first heading, without the leading '# '."""
+    import nbformat
+
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("# "):
+            return cell.source.splitlines()[0][2:].strip()
+    return Path(path).stem
+
+
+def times_table(times):
+    """A Markdown table of (notebook path, seconds) pairs."""
+    lines = ["| Notebook | Running time (s) |", "| --- | --- |"]
+    lines += [f"| {title_of(path)} | {seconds:.0f} |" for path, seconds in times]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to execute (default: every lesson)")
+    parser.add_argument("--times", type=Path, help="also write the running times as a Markdown table to this file")
+    args = parser.parse_args(argv)
+    notebooks = args.notebooks or sorted(LESSONS.glob("*.ipynb"))
+    missing = [str(path) for path in notebooks if not path.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {', '.join(missing)}")
+    if args.times is not None and not args.times.parent.is_dir():
+        parser.error(f"--times: the folder {args.times.parent} does not exist")
+    times = []
+    for path in notebooks:
+        seconds = execute(path)
+        times.append((path, seconds))
+        print(f"{seconds:6.1f} s  {path}", flush=True)
+    if args.times is not None:
+        args.times.write_text(times_table(times))
+        print(f"wrote {args.times}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,26 +1,39 @@
 """attn: the helper package of "Attention, Step by Step".
 
-NumPy pieces (lessons 1-5) import without PyTorch; the PyTorch layer
-(lesson 6 on) is loaded the first time it is asked for.
+NumPy pieces (lessons 1-5, and the sinusoidal positions of lesson 8) import without PyTorch;
+the PyTorch pieces (lesson 6 on) are loaded the first time one of them is asked for.
 """
+
+import importlib
 
 from attn.attention import causal_mask, padding_mask, scaled_dot_product_attention
 from attn.exercises import check
+from attn.positions import sinusoidal_positions
 from attn.softmax import softmax
 
+# PyTorch names and the modules that define them, imported on first use.
+_LAZY = {
+    "KVCache": "attn.kvcache",
+    "MultiHeadAttention": "attn.multihead",
+    "TransformerBlock": "attn.block",
+    "apply_rotary": "attn.positions",
+}
+
 __all__ = [
+    "KVCache",
     "MultiHeadAttention",
+    "TransformerBlock",
+    "apply_rotary",
     "causal_mask",
     "check",
     "padding_mask",
     "scaled_dot_product_attention",
+    "sinusoidal_positions",
     "softmax",
 ]
 
 
 def __getattr__(name):
-    if name == "MultiHeadAttention":
-        from attn.multihead import MultiHeadAttention
-
-        return MultiHeadAttention
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'attn' has no attribute {name!r}")

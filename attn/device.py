@@ -14,10 +14,17 @@ def pick_device():
 
 
 def describe_device(device):
-    """A one-line description of ``device`` for printing: its kind and, for a GPU, its name."""
-    device = torch.device(device)
+    """A one-line description of ``device`` (a torch.device or a name such as "cuda"): its kind and, for a GPU, its name."""
+    if isinstance(device, bool) or not isinstance(device, torch.device | str | int):
+        raise TypeError(f"describe_device needs a torch.device or a name such as 'cpu' or 'cuda', got {type(device).__name__}")
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{device!r} is not a device PyTorch knows; use a name such as 'cpu', 'cuda' or 'mps'") from None
     if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("no CUDA device is available on this machine; attn.device.pick_device() chooses one that is")
         return f"cuda ({torch.cuda.get_device_name(device)})"
     if device.type == "mps":
         return "mps (Apple GPU)"
-    return "cpu"
+    return device.type

@@ -6,6 +6,13 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from attn import convert
+from attn.masks import add_causal, build_keep_mask, open_empty_rows
+from attn.validate import check_attention_shapes, check_inputs, check_layer_arguments
+
+# scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
+SDPA_SHARES_HEADS = torch.__version__ >= (2, 5)
+
 
 def split_heads(x, num_heads):
     """(B, T, E) -> (B, H, T, E / H): each head sees its own slice of the features."""
@@ -19,23 +26,23 @@ def merge_heads(x):
     return x.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
 
 
-def open_empty_rows(keep_mask):
-    """Rows of a keep-mask that allow no key are opened fully, so no kernel ever sees 0/0.
-
-    Returns the opened mask and ``has_any`` (True where the row allowed some key, shaped
-    (..., T_q, 1)), which the caller multiplies into the result to give those rows zeros.
-    """
-    has_any = keep_mask.any(dim=-1, keepdim=True)
-    return keep_mask | ~has_any, has_any
-
-
-def explicit_attention(query, key, value, keep_mask=None):
+def explicit_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_causal=False):
     """softmax(Q K^T / sqrt(d)) V written out, keeping the weights.
 
-    query (B, H, T_q, d), key (B, H, T_k, d), value (B, H, T_k, d), keep_mask broadcastable
-    to (B, H, T_q, T_k). Returns output (B, H, T_q, d) and weights (B, H, T_q, T_k).
+    query (B, H, T_q, d); key, value (B, H_kv, T_k, d), where H_kv divides H and query head h uses
+    key/value head h // (H / H_kv) (grouped-query attention; H_kv = H is ordinary multi-head).
+    keep_mask: boolean, True = may attend, broadcastable to (B, H, T_q, T_k); is_causal adds the
+    causal mask aligned to the end of the keys (see ``attn.masks.causal_keep_mask``).
+    Rows with no allowed key get zero weights and a zero output. dropout_p: dropout on the weights.
+    Returns output (B, H, T_q, d) and weights (B, H, T_q, T_k), after dropout as nn.MultiheadAttention returns them.
     """
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (B, H, T_q, T_k)
+    check_attention_shapes(query, key, value)
+    batch, num_heads, t_q, head_dim = query.shape
+    num_kv_heads, t_k = key.shape[1], key.shape[2]
+    grouped = query.reshape(batch, num_kv_heads, num_heads // num_kv_heads, t_q, head_dim)  # (B, H_kv, H / H_kv, T_q, d)
+    scores = grouped @ key.unsqueeze(2).transpose(-2, -1) / math.sqrt(head_dim)  # (B, H_kv, H / H_kv, T_q, T_k)
+    scores = scores.reshape(batch, num_heads, t_q, t_k)  # (B, H, T_q, T_k)
+    keep_mask = add_causal(keep_mask, is_causal, t_q, t_k, query.device)
     has_any = None
     if keep_mask is not None:
         keep_mask, has_any = open_empty_rows(keep_mask)
@@ -43,94 +50,95 @@ def explicit_attention(query, key, value, keep_mask=None):
     weights = torch.softmax(scores, dim=-1)
     if has_any is not None:
         weights = weights * has_any  # rows with nothing to attend to: zero weights
-    return weights @ value, weights
+    weights = functional.dropout(weights, dropout_p, training=dropout_p > 0)
+    grouped_weights = weights.reshape(batch, num_kv_heads, num_heads // num_kv_heads, t_q, t_k)
+    output = grouped_weights @ value.unsqueeze(2)  # (B, H_kv, H / H_kv, T_q, d)
+    return output.reshape(batch, num_heads, t_q, value.shape[-1]), weights
 
 
-def fused_attention(query, key, value, keep_mask=None):
-    """The same output from PyTorch's fused kernel, which never stores the weights."""
+def fused_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_causal=False):
+    """The same output as ``explicit_attention`` from PyTorch's fused kernel, which never stores the weights.
+
+    With ``is_causal``, T_q == T_k and no keep_mask, PyTorch's own causal flag is used, so the fastest
+    kernels can run; in every other case the end-aligned causal mask is built and combined with keep_mask.
+    """
+    check_attention_shapes(query, key, value)
+    key, value, options = _shared_heads(query, key, value)
+    options["dropout_p"] = dropout_p
+    t_q, t_k = query.shape[2], key.shape[2]
+    if is_causal and keep_mask is None and t_q == t_k:
+        return functional.scaled_dot_product_attention(query, key, value, is_causal=True, **options)
+    keep_mask = add_causal(keep_mask, is_causal, t_q, t_k, query.device)
     if keep_mask is None:
-        return functional.scaled_dot_product_attention(query, key, value)
+        return functional.scaled_dot_product_attention(query, key, value, **options)
     keep_mask, has_any = open_empty_rows(keep_mask)
-    output = functional.scaled_dot_product_attention(query, key, value, attn_mask=keep_mask)
+    output = functional.scaled_dot_product_attention(query, key, value, attn_mask=keep_mask, **options)
     return output * has_any
+
+
+def _shared_heads(query, key, value):
+    """Key/value heads and kernel options for scaled_dot_product_attention when H_kv < H."""
+    groups = query.shape[1] // key.shape[1]
+    if groups == 1:
+        return key, value, {}
+    if SDPA_SHARES_HEADS:
+        return key, value, {"enable_gqa": True}
+    return key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1), {}
 
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch first.
 
-    embed_dim E must be divisible by num_heads H; each head works on d = E / H features.
-    forward(query (B, T_q, E), key (B, T_k, E), value (B, T_k, E), mask=None, need_weights=False)
-    returns output (B, T_q, E), or (output, weights (B, H, T_q, T_k)) with need_weights=True.
-    mask: boolean keep-mask (True = may attend) of shape (T_q, T_k), (B, T_q, T_k) or
-    broadcastable to (B, H, T_q, T_k).
+    MultiHeadAttention(embed_dim E, num_heads H, bias=True, dropout=0.0, num_kv_heads=None):
+    E must be divisible by H; each head works on d = E / H features. dropout: probability of dropping
+    an attention weight, in training mode only (as nn.MultiheadAttention). num_kv_heads H_kv (default H)
+    must divide H: the key and value projections make H_kv heads and each serves H / H_kv query heads
+    (grouped-query attention; H_kv = 1 is multi-query attention).
+
+    forward(query (B, T_q, E), key (B, T_new, E), value (B, T_new, E), mask=None, key_padding_mask=None,
+    is_causal=False, need_weights=False, cache=None) returns output (B, T_q, E), or
+    (output, weights (B, H, T_q, T_k)) with need_weights=True. T_k = T_new, plus the cached positions with a cache.
+
+    - mask: boolean keep-mask (True = may attend) of rank 0 to 4, broadcastable to (B, H, T_q, T_k);
+      3-D is (B, T_q, T_k), 2-D (T_q, T_k), 1-D (T_k,), 0-D one bool for everything.
+    - key_padding_mask: boolean (B, T_k), True = real token. nn.MultiheadAttention's argument of the same
+      name means the opposite (True = padding): convert theirs with ``~``.
+    - is_causal: query i may attend to keys up to its own position, counted from the END of the keys
+      (query i is position T_k - T_q + i), which is what decoding with a cache needs. Combined with the masks.
+    - cache: an attn.KVCache; this call's keys and values (B, H_kv, T_new, d) are appended to it and
+      attention runs over every cached position. One cache per layer.
+    A row with no allowed key gives zero weights and a zero attention output (the output projection's
+    bias remains). The inputs are checked first (attn.validate): kinds, dtypes, devices and shapes, then
+    that query, key and value hold no NaN or inf (one reduction per input, a ValueError if they do).
     """
 
-    def __init__(self, embed_dim, num_heads, bias=True):
+    def __init__(self, embed_dim, num_heads, bias=True, dropout=0.0, num_kv_heads=None):
         super().__init__()
-        if num_heads <= 0 or embed_dim <= 0 or embed_dim % num_heads:
-            raise ValueError(f"embed_dim={embed_dim} must be a positive multiple of num_heads={num_heads}")
-        self.embed_dim, self.num_heads = embed_dim, num_heads
+        embed_dim, num_heads, dropout, num_kv_heads = check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads)
+        self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
+        self.head_dim, self.dropout = embed_dim // num_heads, dropout
         self.query_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.key_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.value_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.key_proj = nn.Linear(embed_dim, num_kv_heads * self.head_dim, bias=bias)
+        self.value_proj = nn.Linear(embed_dim, num_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def forward(self, query, key, value, mask=None, need_weights=False):
-        self._check_inputs(query, key, value)
-        keep_mask = None if mask is None else self._check_mask(mask, query, key)
+    def forward(self, query, key, value, mask=None, key_padding_mask=None, is_causal=False, need_weights=False, cache=None):
+        check_inputs(self, query, key, value, is_causal, cache)
         q = split_heads(self.query_proj(query), self.num_heads)  # (B, H, T_q, d)
-        k = split_heads(self.key_proj(key), self.num_heads)  # (B, H, T_k, d)
-        v = split_heads(self.value_proj(value), self.num_heads)  # (B, H, T_k, d)
+        k = split_heads(self.key_proj(key), self.num_kv_heads)  # (B, H_kv, T_new, d)
+        v = split_heads(self.value_proj(value), self.num_kv_heads)  # (B, H_kv, T_new, d)
+        keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)  # broadcastable to (B, H, T_q, T_k), or None
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H_kv, T_k, d): the cached positions, then this call's
+        dropout_p = self.dropout if self.training else 0.0
         if need_weights:
-            heads, weights = explicit_attention(q, k, v, keep_mask)
+            heads, weights = explicit_attention(q, k, v, keep_mask, dropout_p, is_causal)
         else:
-            heads, weights = fused_attention(q, k, v, keep_mask), None
+            heads, weights = fused_attention(q, k, v, keep_mask, dropout_p, is_causal), None
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output
 
-    def _check_inputs(self, query, key, value):
-        for name, tensor in (("query", query), ("key", key), ("value", value)):
-            if tensor.dim() != 3 or tensor.shape[-1] != self.embed_dim:
-                raise ValueError(f"{name} must have shape (B, T, {self.embed_dim}), got {tuple(tensor.shape)}")
-        if not query.shape[0] == key.shape[0] == value.shape[0]:
-            raise ValueError(
-                f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-            )
-        if key.shape[1] != value.shape[1]:
-            raise ValueError(f"key and value lengths differ: key {tuple(key.shape)}, value {tuple(value.shape)}")
-
-    def _check_mask(self, mask, query, key):
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be boolean (True = may attend), got {mask.dtype}")
-        target = (query.shape[0], self.num_heads, query.shape[1], key.shape[1])  # (B, H, T_q, T_k)
-        keep_mask = mask.unsqueeze(1) if mask.dim() == 3 else mask  # (B, T_q, T_k) -> (B, 1, T_q, T_k)
-        try:
-            fits = torch.broadcast_shapes(keep_mask.shape, target) == target
-        except RuntimeError:
-            fits = False
-        if mask.dim() > 4 or not fits:
-            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, T_q, T_k) = {target}")
-        return keep_mask
-
     @classmethod
     def from_torch(cls, module):
-        """A layer with the weights of an ``nn.MultiheadAttention`` (whose in_proj_weight stacks q, k, v)."""
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"from_torch needs an nn.MultiheadAttention, got {type(module).__name__}")
-        if not module._qkv_same_embed_dim or module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("from_torch supports nn.MultiheadAttention without kdim/vdim, add_bias_kv or add_zero_attn")
-        bias = module.in_proj_bias is not None
-        layer = cls(module.embed_dim, module.num_heads, bias=bias)
-        layer.to(device=module.in_proj_weight.device, dtype=module.in_proj_weight.dtype)
-        with torch.no_grad():
-            weights = module.in_proj_weight.chunk(3)  # each (E, E): query, key, value
-            for projection, weight in zip((layer.query_proj, layer.key_proj, layer.value_proj), weights, strict=True):
-                projection.weight.copy_(weight)
-            layer.out_proj.weight.copy_(module.out_proj.weight)
-            if bias:
-                for projection, part in zip(
-                    (layer.query_proj, layer.key_proj, layer.value_proj), module.in_proj_bias.chunk(3), strict=True
-                ):
-                    projection.bias.copy_(part)
-                layer.out_proj.bias.copy_(module.out_proj.bias)
-        return layer
+        """A layer with the weights, dropout and training mode of an ``nn.MultiheadAttention(batch_first=True)``."""
+        return convert.copy_attention(module, cls(**convert.attention_arguments(module)))

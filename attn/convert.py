@@ -15,14 +15,14 @@ def attention_arguments(module):
     """Constructor arguments of MultiHeadAttention for an ``nn.MultiheadAttention``, after checking it can be copied."""
     if not isinstance(module, nn.MultiheadAttention):
         raise TypeError(f"from_torch needs an nn.MultiheadAttention, got {type_name(module)}")
+    if module.kdim != module.embed_dim or module.vdim != module.embed_dim or module.bias_k is not None or module.add_zero_attn:
+        raise ValueError("from_torch supports nn.MultiheadAttention without kdim/vdim, add_bias_kv or add_zero_attn")
     if not module.batch_first:
         raise ValueError(
             "this nn.MultiheadAttention has batch_first=False, so it reads inputs as (T, B, E); attn.MultiHeadAttention "
             "reads (B, T, E). Build it with nn.MultiheadAttention(..., batch_first=True) (the weights are the same) "
             "and pass batch-first tensors to both"
         )
-    if module.kdim != module.embed_dim or module.vdim != module.embed_dim or module.bias_k is not None or module.add_zero_attn:
-        raise ValueError("from_torch supports nn.MultiheadAttention without kdim/vdim, add_bias_kv or add_zero_attn")
     return {
         "embed_dim": module.embed_dim,
         "num_heads": module.num_heads,

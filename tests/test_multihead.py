@@ -133,6 +133,18 @@ def test_device_helpers():
     device = pick_device()
     assert device.type in {"cuda", "mps", "cpu"}
     assert describe_device("cpu") == "cpu"
+    assert describe_device(torch.device("meta")) == "meta"
+    with pytest.raises(ValueError, match="'banana' is not a device PyTorch knows; use a name such as 'cpu', 'cuda' or 'mps'"):
+        describe_device("banana")
+    for bad in (None, 1.5, True, [0]):
+        with pytest.raises(TypeError, match="describe_device needs a torch.device or a name such as 'cpu' or 'cuda', got "):
+            describe_device(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_describe_device_without_cuda():
+    with pytest.raises(ValueError, match="no CUDA device is available on this machine"):
+        describe_device("cuda")
 
 
 def test_benchmark_runs_and_records_provenance():

@@ -42,16 +42,16 @@ def require_finite(name, tensor):
         raise ValueError(f"{name} contains NaN or inf; attention would spread it to every output that sees it")
 
 
-def require_like(name, tensor, reference, owner="the layer"):
-    """``tensor`` must have ``reference``'s dtype and device (``reference``: a weight of ``owner``)."""
+def require_like(name, tensor, reference):
+    """``tensor`` must have the dtype and device of ``reference``, a weight of the layer it is given to."""
     if tensor.dtype != reference.dtype:
         raise TypeError(
-            f"{name} is {tensor.dtype} but {owner}'s weights are {reference.dtype}; convert the layer with "
+            f"{name} is {tensor.dtype} but the layer's weights are {reference.dtype}; convert the layer with "
             f"layer.to({tensor.dtype}) or the input with {name}.to({reference.dtype})"
         )
     if tensor.device != reference.device:
         raise ValueError(
-            f"{name} is on device {tensor.device} but {owner} is on device {reference.device}; move one of them: "
+            f"{name} is on device {tensor.device} but the layer is on device {reference.device}; move one of them: "
             f"{name}.to('{reference.device}') or layer.to('{tensor.device}')"
         )
 

@@ -1,4 +1,4 @@
-"""A slow reference for the layer tests: attention written with loops, one query row at a time."""
+"""A slow reference for the layer tests: attention written with loops, one (batch, head) at a time."""
 
 import math
 
@@ -34,12 +34,10 @@ def reference_attention(layer, query, key, value, keep):
     weights = torch.zeros(batch, num_heads, t_q, t_k, dtype=query.dtype)
     for b in range(batch):
         for h in range(num_heads):
-            for i in range(t_q):
-                allowed = keep[b, h, i]
-                if not allowed.any():
-                    continue  # nothing to attend to: zero weights, zero output
-                scores = k[b, :, h // group] @ q[b, i, h] / math.sqrt(head_dim)  # (T_k,)
-                row = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=0)
-                weights[b, h, i] = row
-                heads[b, i, h] = row @ v[b, :, h // group]
+            allowed = keep[b, h]  # (T_q, T_k)
+            scores = q[b, :, h] @ k[b, :, h // group].T / math.sqrt(head_dim)  # (T_q, T_k): key/value head h // group
+            rows = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+            rows = torch.where(allowed.any(dim=-1, keepdim=True), rows, 0.0)  # nothing to attend to: zero weights
+            weights[b, h] = rows
+            heads[b, :, h] = rows @ v[b, :, h // group]
     return layer.out_proj(heads.reshape(batch, t_q, embed_dim)), weights

@@ -62,8 +62,8 @@ SECOND_SHOP = {"pear": 4.0, "plum": 5.0, "stool": 1.0}  # swapped into key_array
     Function("your lookup", calls=lambda: [(f"with {name!r}", (name,)) for name in keys], returns=PRICE),
     solution=lambda: weighted_lookup,
     success=(
-        "your lookup returns every price, raises KeyError for 'fruit', and takes its prices from key_array and values: "
-        "with a second shop put in their place, it priced that shop's items too."
+        "your lookup returns every price, raises KeyError for 'fruit', and reads key_array and values: it also priced "
+        "a second shop put in their place."
     ),
 )
 def _weighted_lookup(lookup, expected):

@@ -56,8 +56,8 @@ def _chance(accuracy, expected):
     Function("your recall function", calls=_recall_calls, returns=Array("the values", kind="whole")),
     solution=lambda: hard_recall,
     success=(
-        f"all {N_EXAMPLES} lookups are right: exact recall, which one-hot weights from keys == query times the values "
-        f"give (lesson 1's hard attention)."
+        f"all {N_EXAMPLES} lookups are right: one-hot weights from keys == query, times the values, give exact recall "
+        f"(lesson 1's hard attention)."
     ),
 )
 def _recall_by_hand(recall, expected):

@@ -475,3 +475,22 @@ def test_compare_says_how_answers_differ():
     assert "should be one number, but it is an array of shape (3,)" in compare(clean([1, 2, 3]), clean(1.0, NUMBER), "x")
     assert "should be an array of shape (3,), but it is a single value" in compare(clean(1.0, NUMBER), clean([1, 2, 3]), "x")
     assert compare(clean(1_050_630, COUNT), clean(1_050_624, COUNT), "x") == "x is 1,050,630, expected 1,050,624."
+
+
+def test_lists_nested_too_deeply_or_in_themselves_are_named():
+    looped = []
+    looped.append(looped)
+    assert "levels deep" in problem(looped, ARRAY)
+    deep = 1.0
+    for _ in range(40):
+        deep = [deep]
+    assert "levels deep" in problem(deep, ARRAY)
+
+
+def test_checks_leave_the_learners_random_numbers_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    for exercise_id in exercise_ids():
+        verdict(exercise_id, EXERCISES[exercise_id].solution())
+    assert torch.equal(torch.rand(3), expected)

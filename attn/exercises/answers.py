@@ -108,9 +108,11 @@ def normalise(answer, expects):
 # Any answer as a NumPy array --------------------------------------------------------------
 
 
-def _as_array(answer, expects, nested=False):
+def _as_array(answer, expects, depth=0):
     """``answer`` as a NumPy array of any dtype; what cannot be one is named."""
-    what = expects.what
+    what, nested = expects.what, depth > 0
+    if depth > 32:  # NumPy allows 64 dimensions; no answer in the course needs more than a few
+        raise AnswerError(f"{what} is lists inside lists {depth} levels deep; no answer here is nested like that.")
     answer = _from_torch(answer, what)
     if isinstance(answer, np.ndarray):
         return answer
@@ -122,21 +124,19 @@ def _as_array(answer, expects, nested=False):
     if isinstance(answer, str | bytes):
         raise AnswerError(_text_problem(answer, expects, nested))
     if isinstance(answer, list | tuple):
-        return _stack([_as_array(item, expects, nested=True) for item in answer], what)
+        return _stack([_as_array(item, expects, depth + 1) for item in answer], what)
     if isinstance(answer, numbers.Number | np.generic):
         return _scalar(answer)
-    is_or_has = "has" if nested else "is"
-    a_thing = _a(_kind_of(answer))
-    if nested:
-        a_thing += " in it"
+    where = "has" if nested else "is"
+    not_numbers = f"{what} {where} {_a(_kind_of(answer))}{' in it' if nested else ''}, but it should be {expects.noun}."
     if callable(answer) or isinstance(answer, dict):
-        raise AnswerError(f"{what} {is_or_has} {a_thing}, but it should be {expects.noun}.")
+        raise AnswerError(not_numbers)
     try:
         array = np.asarray(answer)  # objects that know how to become arrays
     except Exception:  # noqa: BLE001 - an object's own conversion code can raise anything
         array = None
     if array is None or array.dtype == object:
-        raise AnswerError(f"{what} {is_or_has} {a_thing}, but it should be {expects.noun}.")
+        raise AnswerError(not_numbers)
     return array
 
 
@@ -165,7 +165,7 @@ def _text_problem(text, expects, nested):
         number = None
     quoted = show(text)
     if number is not None and not nested:
-        return f"{expects.what} is the text {quoted}, not the number {text.strip()}: give the number itself, not text."
+        return f"{expects.what} is the text {quoted}, not the number {show(number)}: give the number itself, not text."
     if nested:
         return f"{expects.what} has the text {quoted} in it, but it should be {expects.noun}: give numbers, not text."
     return f"{expects.what} is the text {quoted}, but it should be {expects.noun}."
@@ -379,7 +379,10 @@ def show(value, limit=60):
     """A short text for any value, for a sentence."""
     if isinstance(value, np.generic):
         value = value.item()
-    text = _number_text(value, 6) if isinstance(value, float) else repr(value)
+    if isinstance(value, complex):
+        text = f"({_number_text(value.real, 6)}{value.imag:+.6g}j)"
+    else:
+        text = _number_text(value, 6) if isinstance(value, float) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

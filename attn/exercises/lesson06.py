@@ -19,9 +19,13 @@ def _split_shape():
 
 
 def _parameter_count():
+    import torch
+
     from attn.multihead import MultiHeadAttention
 
-    return sum(parameter.numel() for parameter in MultiHeadAttention(EMBED_DIM, NUM_HEADS).parameters())
+    with torch.device("meta"):  # shapes only: no memory, and the learner's random numbers are left alone
+        layer = MultiHeadAttention(EMBED_DIM, NUM_HEADS)
+    return sum(parameter.numel() for parameter in layer.parameters())
 
 
 def _tflops():

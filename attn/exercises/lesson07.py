@@ -31,9 +31,12 @@ def hard_recall(keys, values, query):
 
 
 def _parameter_count():
+    import torch
+
     from attn.recall import RecallModel
 
-    model = RecallModel(n_keys=N_KEYS, n_values=N_VALUES, embed_dim=EMBED_DIM, num_heads=1)
+    with torch.device("meta"):  # shapes only: no memory, and the learner's random numbers are left alone
+        model = RecallModel(n_keys=N_KEYS, n_values=N_VALUES, embed_dim=EMBED_DIM, num_heads=1)
     return sum(parameter.numel() for parameter in model.parameters())
 
 

@@ -225,29 +225,37 @@ def label(result):
 
 
 def plot(result, axes=None):
-    """Core time and TFLOP/s against T for the explicit and fused paths, one line per head size."""
+    """Core time and TFLOP/s against T for the explicit and fused paths, one line per head size.
+
+    Draws into two stacked axes (made at the book's column width when ``axes`` is None).
+    """
     import matplotlib.pyplot as plt
 
+    from attn.plotting import COLUMN_WIDTH, GUIDE, PALETTE
+
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 4))
+        _, axes = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 7))
     time_axis, rate_axis = axes
-    styles = {"explicit": ("#440154", "o-"), "fused": ("#21918c", "s-")}
-    for head_dim in sorted({row["head_dim"] for row in result["rows"]}):
-        for case, (colour, marker) in styles.items():
+    colours = {"explicit": PALETTE[0], "fused": PALETTE[1]}
+    head_dims = sorted({row["head_dim"] for row in result["rows"]})
+    markers = dict(zip(head_dims, ["o-", "s--", "^:", "D-."], strict=False))
+    for head_dim in head_dims:
+        for case, colour in colours.items():
             rows = [r for r in result["rows"] if r["case"] == case and r["head_dim"] == head_dim and r["status"] == "ok"]
             lengths = [r["length"] for r in rows]
             name = f"{case}, d={head_dim}"
+            marker = markers.get(head_dim, "o-")
             time_axis.loglog(lengths, [r["seconds"] * 1e3 for r in rows], marker, color=colour, label=name)
             rate_axis.semilogx(lengths, [r["tflops"] for r in rows], marker, color=colour, label=name)
     time_axis.set(xlabel="sequence length T", ylabel="milliseconds (median)", title="Attention core time")
     rate_axis.set(xlabel="sequence length T", ylabel="TFLOP/s = 4 B H T^2 d / t", title="Achieved throughput")
     if result.get("peak_bf16_tflops") and result.get("dtype") == "bfloat16":
-        rate_axis.axhline(result["peak_bf16_tflops"], color="grey", ls="--", label="dense bf16 peak")
+        rate_axis.axhline(result["peak_bf16_tflops"], color=GUIDE, ls="--", label="dense bf16 peak")
     measured = sorted({row["length"] for row in result["rows"]})
     for axis in axes:
         axis.set_xticks(measured, labels=[str(length) for length in measured])
         axis.minorticks_off()
-        axis.legend(fontsize=8)
-    axes[0].figure.suptitle(label(result), fontsize=10)
+        axis.legend()
+    axes[0].figure.suptitle(label(result))
     axes[0].figure.tight_layout()
     return axes

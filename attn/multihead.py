@@ -134,7 +134,7 @@ class MultiHeadAttention(nn.Module):
         # One keep-mask broadcastable to (B, H, T_q, T_k), or None:
         keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached positions, then these
+            k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = explicit_attention(q, k, v, keep_mask, dropout_p, is_causal)

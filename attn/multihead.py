@@ -136,11 +136,11 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            heads, weights = explicit_attention(q, k, v, keep_mask, dropout_p, is_causal)
-        else:
-            heads = fused_attention(q, k, v, keep_mask, dropout_p, is_causal)
-            weights = None
+        attention_inputs = (q, k, v, keep_mask, dropout_p, is_causal)
+        if need_weights:  # the explicit path, which keeps the weights
+            heads, weights = explicit_attention(*attention_inputs)
+        else:  # PyTorch's fused kernel, which never stores them
+            heads, weights = fused_attention(*attention_inputs), None
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output
 

@@ -10,9 +10,11 @@ plot can say where its numbers came from.
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -127,23 +129,82 @@ def share_of_peak(result, row):
     return row["tflops"] / peak
 
 
+DTYPES = ("bfloat16", "float16", "float32", "float64")
+
+
+def available_devices():
+    """The devices this machine can run on, as names for --device."""
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += ["cuda"] + [f"cuda:{index}" for index in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        names.append("mps")
+    return names
+
+
+def _device(text):
+    """--device: a device that exists on this machine."""
+    known = ", ".join(available_devices())
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device name; this machine has: {known}") from None
+    if str(device) not in available_devices() and device.type != "cpu":
+        raise argparse.ArgumentTypeError(f"{text} is not available on this machine; it has: {known}")
+    return device
+
+
+def _positive_int(text):
+    """--batch, --heads, --head-dims, --lengths, --repeats: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _output_file(text):
+    """--out: a file in a folder that exists and can be written, checked before anything runs."""
+    path = Path(text)
+    folder = path.parent
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name, such as {path / 'bench.json'}")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text} cannot be written here (no permission)")
+    return path
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m attn.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--device", type=_device, default=None, help="cuda, mps or cpu (default: the best available)")
+    parser.add_argument("--dtype", choices=DTYPES, default=None, help="default: bfloat16 on a GPU, float32 on CPU")
+    parser.add_argument("--batch", type=_positive_int, default=None, help="default: 4 on a GPU, 1 on CPU")
+    parser.add_argument("--heads", type=_positive_int, default=16)
+    parser.add_argument("--head-dims", type=_positive_int, nargs="+", default=[64, 128])
+    parser.add_argument("--lengths", type=_positive_int, nargs="+", default=None)
+    parser.add_argument("--repeats", type=_positive_int, default=10)
+    parser.add_argument("--out", type=_output_file, required=True, help="where to write the JSON results")
+    return parser
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    parser.add_argument("--dtype", default=None, help="bfloat16, float16 or float32 (default: bfloat16 on a GPU, float32 on CPU)")
-    parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--lengths", type=int, nargs="+", default=None)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--out", required=True, help="where to write the JSON results")
-    args = parser.parse_args(argv)
-    device = torch.device(args.device) if args.device else pick_device()
+    parser = _parser()
+    args = parser.parse_args(argv)  # every argument is checked here, before anything runs
+    device = args.device if args.device is not None else pick_device()
     on_gpu = device.type != "cpu"
+    if device.type == "mps" and args.dtype == "float64":
+        parser.error("argument --dtype: MPS does not support float64; use float32, float16 or bfloat16")
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if on_gpu else torch.float32)
-    lengths = args.lengths or ([512, 1024, 2048, 4096, 8192, 16384, 32768] if on_gpu else [128, 256, 512, 1024, 2048])
-    batch = args.batch or (4 if on_gpu else 1)
-    result = run_benchmark(device, dtype, batch, args.heads, tuple(args.head_dims), tuple(lengths), args.repeats)
+    if args.lengths is None:
+        args.lengths = [512, 1024, 2048, 4096, 8192, 16384, 32768] if on_gpu else [128, 256, 512, 1024, 2048]
+    if args.batch is None:
+        args.batch = 4 if on_gpu else 1
+    result = run_benchmark(device, dtype, args.batch, args.heads, tuple(args.head_dims), tuple(args.lengths), args.repeats)
     with open(args.out, "w") as handle:
         json.dump(result, handle, indent=1)
     for row in result["rows"]:
@@ -164,29 +225,37 @@ def label(result):
 
 
 def plot(result, axes=None):
-    """Core time and TFLOP/s against T for the explicit and fused paths, one line per head size."""
+    """Core time and TFLOP/s against T for the explicit and fused paths, one line per head size.
+
+    Draws into two stacked axes (made at the book's column width when ``axes`` is None).
+    """
     import matplotlib.pyplot as plt
 
+    from attn.plotting import COLUMN_WIDTH, GUIDE, PALETTE
+
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 4))
+        _, axes = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 7))
     time_axis, rate_axis = axes
-    styles = {"explicit": ("#440154", "o-"), "fused": ("#21918c", "s-")}
-    for head_dim in sorted({row["head_dim"] for row in result["rows"]}):
-        for case, (colour, marker) in styles.items():
+    colours = {"explicit": PALETTE[0], "fused": PALETTE[1]}
+    head_dims = sorted({row["head_dim"] for row in result["rows"]})
+    markers = dict(zip(head_dims, ["o-", "s--", "^:", "D-."], strict=False))
+    for head_dim in head_dims:
+        for case, colour in colours.items():
             rows = [r for r in result["rows"] if r["case"] == case and r["head_dim"] == head_dim and r["status"] == "ok"]
             lengths = [r["length"] for r in rows]
             name = f"{case}, d={head_dim}"
+            marker = markers.get(head_dim, "o-")
             time_axis.loglog(lengths, [r["seconds"] * 1e3 for r in rows], marker, color=colour, label=name)
             rate_axis.semilogx(lengths, [r["tflops"] for r in rows], marker, color=colour, label=name)
     time_axis.set(xlabel="sequence length T", ylabel="milliseconds (median)", title="Attention core time")
     rate_axis.set(xlabel="sequence length T", ylabel="TFLOP/s = 4 B H T^2 d / t", title="Achieved throughput")
     if result.get("peak_bf16_tflops") and result.get("dtype") == "bfloat16":
-        rate_axis.axhline(result["peak_bf16_tflops"], color="grey", ls="--", label="dense bf16 peak")
+        rate_axis.axhline(result["peak_bf16_tflops"], color=GUIDE, ls="--", label="dense bf16 peak")
     measured = sorted({row["length"] for row in result["rows"]})
     for axis in axes:
         axis.set_xticks(measured, labels=[str(length) for length in measured])
         axis.minorticks_off()
-        axis.legend(fontsize=8)
-    axes[0].figure.suptitle(label(result), fontsize=10)
+        axis.legend()
+    axes[0].figure.suptitle(label(result))
     axes[0].figure.tight_layout()
     return axes

@@ -1,16 +1,29 @@
 """Lesson 4's explorer: how the query, scaling and temperature change the fruit weights.
 
-``draw_fruit_attention`` draws one setting; ``explorer()`` wraps it in sliders
-(JupyterLab) and ``sweep_grid()`` draws a fixed grid of settings (the book).
+``fruit_attention`` computes one setting and ``draw_fruit_attention`` draws it. Three ways to explore:
+
+- ``explorer()``: ipywidgets sliders, redrawn by the kernel (JupyterLab);
+- ``page_explorer()``: the same controls running in the book's web page, computed by
+  ``book/_static/fruit-explorer.js`` from the fruit table this module hands it as JSON
+  (no kernel, nothing fetched); the book's browser test checks its numbers against
+  ``fruit_attention``;
+- ``sweep_grid()``: a fixed grid of settings, for print.
 """
+
+import html
+import json
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 
 from attn import fruit
-from attn.plotting import weight_bars
+from attn.plotting import BAR, COLUMN_WIDTH, HIGHLIGHT, weight_bars
 from attn.softmax import softmax
+
+# The controls' ranges, shared by the widget and the page explorer.
+QUERY_SLIDER = {"min": 0.0, "max": 1.0, "step": 0.05}
+TEMPERATURE_EXPONENT = {"min": -1.5, "max": 1.5, "step": 0.1}  # temperature = 10 ** exponent
 
 
 def fruit_attention(query, scaled=True, temperature=1.0):
@@ -33,11 +46,12 @@ def draw_fruit_attention(query, scaled=True, temperature=1.0, ax=None):
 
 
 def sweep_grid(query, temperatures=(0.1, 1.0, 10.0)):
-    """A (2 x len(temperatures)) grid: unscaled on top, scaled below. Returns the figure."""
-    fig, axes = plt.subplots(2, len(temperatures), figsize=(3.2 * len(temperatures), 6), sharey=True)
-    for column, temperature in enumerate(temperatures):
-        for row, scaled in enumerate((False, True)):
+    """One row per temperature, unscaled on the left and scaled on the right. Returns the figure."""
+    fig, axes = plt.subplots(len(temperatures), 2, figsize=(COLUMN_WIDTH, 2.9 * len(temperatures)), sharey=True, squeeze=False)
+    for row, temperature in enumerate(temperatures):
+        for column, scaled in enumerate((False, True)):
             draw_fruit_attention(query, scaled, temperature, ax=axes[row, column])
+        axes[row, 1].set_ylabel("")  # the rows share their weight axis
     fig.tight_layout()
     return fig
 
@@ -55,19 +69,18 @@ def explorer():
     The chart lives inside the widget (an Output area that is redrawn on every change),
     so a notebook run without a browser records only the widget itself.
     """
-    slider = dict(min=0.0, max=1.0, step=0.05)
     controls = [
-        widgets.FloatSlider(value=fruit.QUERY[0], description="sweetness", **slider),
-        widgets.FloatSlider(value=fruit.QUERY[1], description="durability", **slider),
-        widgets.FloatSlider(value=fruit.QUERY[2], description="texture", **slider),
+        widgets.FloatSlider(value=fruit.QUERY[0], description="sweetness", **QUERY_SLIDER),
+        widgets.FloatSlider(value=fruit.QUERY[1], description="durability", **QUERY_SLIDER),
+        widgets.FloatSlider(value=fruit.QUERY[2], description="texture", **QUERY_SLIDER),
         widgets.Checkbox(value=True, description="divide by sqrt(d_k)"),
-        widgets.FloatLogSlider(value=1.0, base=10, min=-1.5, max=1.5, step=0.1, description="temperature"),
+        widgets.FloatLogSlider(value=1.0, base=10, description="temperature", **TEMPERATURE_EXPONENT),
     ]
     chart = widgets.Output()
 
     def redraw(change=None):
         sweetness, durability, texture, scaled, temperature = (control.value for control in controls)
-        figure, ax = plt.subplots(figsize=(4.4, 3))
+        figure, ax = plt.subplots(figsize=(4.4, 3.2))
         draw_fruit_attention([sweetness, durability, texture], scaled, temperature, ax=ax)
         figure.tight_layout()
         plt.close(figure)
@@ -78,3 +91,38 @@ def explorer():
         control.observe(redraw, names="value")
     redraw()
     return Explorer(children=[*controls, chart])
+
+
+def explorer_data():
+    """What the page explorer needs, as plain JSON-ready values: the fruit table, the controls' ranges, the colours."""
+    return {
+        "names": list(fruit.NAMES),
+        "keyAttributes": list(fruit.KEY_ATTRIBUTES),
+        "valueAttributes": list(fruit.VALUE_ATTRIBUTES),
+        "keys": fruit.KEYS.tolist(),
+        "values": fruit.VALUES.tolist(),
+        "query": fruit.QUERY.tolist(),
+        "querySlider": QUERY_SLIDER,
+        "temperatureExponent": TEMPERATURE_EXPONENT,
+        "colours": {"bar": BAR, "highlight": HIGHLIGHT},
+    }
+
+
+class PageExplorer:
+    """The explorer for the book's web page: an HTML element that the book's script turns into live controls."""
+
+    def _repr_html_(self):
+        data = html.escape(json.dumps(explorer_data(), separators=(",", ":")), quote=True)
+        return (
+            f'<div class="fruit-explorer" data-explorer="{data}">'
+            '<p class="fruit-explorer-fallback">The fruit attention explorer runs here in the book&#8217;s web page, '
+            "with JavaScript. In JupyterLab, use <code>explorer()</code>; on paper, the grid below.</p></div>"
+        )
+
+    def __repr__(self):
+        return "Fruit attention explorer for the book's web page: sliders for the query, scaling and temperature"
+
+
+def page_explorer():
+    """The fruit explorer as an HTML element that runs in the book's page, computed in the browser."""
+    return PageExplorer()

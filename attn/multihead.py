@@ -122,19 +122,25 @@ class MultiHeadAttention(nn.Module):
         self.value_proj = nn.Linear(embed_dim, num_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def forward(self, query, key, value, mask=None, key_padding_mask=None, is_causal=False, need_weights=False, cache=None):
+    def forward(
+        self, query, key, value, mask=None, key_padding_mask=None,
+        is_causal=False, need_weights=False, cache=None,
+    ):
         check_inputs(self, query, key, value, is_causal, cache)
-        q = split_heads(self.query_proj(query), self.num_heads)  # (B, H, T_q, d)
-        k = split_heads(self.key_proj(key), self.num_kv_heads)  # (B, H_kv, T_new, d)
-        v = split_heads(self.value_proj(value), self.num_kv_heads)  # (B, H_kv, T_new, d)
-        keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)  # broadcastable to (B, H, T_q, T_k), or None
+        # q: (B, H, T_q, d); k and v: (B, H_kv, T_new, d)
+        q = split_heads(self.query_proj(query), self.num_heads)
+        k = split_heads(self.key_proj(key), self.num_kv_heads)
+        v = split_heads(self.value_proj(value), self.num_kv_heads)
+        # One keep-mask broadcastable to (B, H, T_q, T_k), or None:
+        keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H_kv, T_k, d): the cached positions, then this call's
+            k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            heads, weights = explicit_attention(q, k, v, keep_mask, dropout_p, is_causal)
-        else:
-            heads, weights = fused_attention(q, k, v, keep_mask, dropout_p, is_causal), None
+        attention_inputs = (q, k, v, keep_mask, dropout_p, is_causal)
+        if need_weights:  # the explicit path, which keeps the weights
+            heads, weights = explicit_attention(*attention_inputs)
+        else:  # PyTorch's fused kernel, which never stores them
+            heads, weights = fused_attention(*attention_inputs), None
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output
 

@@ -1,16 +1,100 @@
-"""One plotting helper for every attention picture in the course."""
+"""The course's figure style and the plotting helpers every lesson shares.
 
+A lesson calls ``use_course_style()`` once, in its first cell. Figures are then drawn at
+100 CSS pixels per inch and saved at twice that (200 dpi), so they stay sharp on high-density
+screens; no text is smaller than ``SMALLEST_FONT_PT``; and figures are at most
+``COLUMN_WIDTH`` inches wide, so that in the book's column (and on a phone) the text keeps a
+readable size instead of being scaled down. Colours come from one palette (``PALETTE`` and its
+two greys), each at least 3:1 against the white background.
+"""
+
+import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
 
 COLORMAP = "viridis"  # perceptually uniform and readable with colour-blindness
 
+# Okabe and Ito's colour-blind-safe palette, without its three light colours (orange, sky blue,
+# yellow: under 3:1 on white). Contrast on white: 5.2, 3.9, 3.4, 3.1 and 21.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#000000")  # blue, vermillion, bluish green, reddish purple, black
+# Two greys complete it: one for marks that should not draw the eye, one for reference lines.
+NEUTRAL = "#858585"  # 3.7:1 on white; weight_bars draws its bars in it, and the highlighted one in PALETTE[0]
+GUIDE = "#666666"  # 5.7:1 on white
+BAR = NEUTRAL
+HIGHLIGHT = PALETTE[0]
+BACKGROUND = "#FFFFFF"
+MINIMUM_CONTRAST = 3.0  # marks and text against what they are drawn on
 
-def heatmap(matrix, row_labels, col_labels, title, ax=None, annotate=None, colorbar_label="weight", vmin=None, vmax=None):
+FIGURE_DPI = 100  # CSS pixels per inch of figure
+PNG_DPI = 2 * FIGURE_DPI  # saved pixels per inch: twice the CSS size, for high-density screens
+SMALLEST_FONT_PT = 10
+COLUMN_WIDTH = 6.8  # inches: the book's text column at 1280 px is about 690 CSS pixels wide
+
+COURSE_RC = {
+    "figure.dpi": FIGURE_DPI,
+    "savefig.dpi": "figure",
+    "figure.facecolor": BACKGROUND,
+    "savefig.facecolor": BACKGROUND,
+    "axes.facecolor": BACKGROUND,
+    "figure.figsize": (COLUMN_WIDTH, 4.2),
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "xtick.labelsize": SMALLEST_FONT_PT,
+    "ytick.labelsize": SMALLEST_FONT_PT,
+    "legend.fontsize": SMALLEST_FONT_PT,
+    "legend.title_fontsize": 11,
+    "figure.titlesize": 12,
+    "axes.prop_cycle": mpl.cycler(color=PALETTE),
+    "image.cmap": COLORMAP,
+    "lines.linewidth": 2.0,
+    "lines.markersize": 6.0,
+}
+
+
+def use_course_style():
+    """Apply the course's figure style (fonts, colours, sizes) and, in a notebook, 2x (retina) PNG output.
+
+    Inline figures are saved at ``PNG_DPI`` and shown at half their pixel size, so each PNG has
+    twice the pixels of the space it takes on the page.
+    """
+    mpl.rcParams.update(COURSE_RC)
+    try:
+        from IPython import get_ipython
+    except ImportError:  # plain Python: nothing to configure for display
+        return
+    if get_ipython() is not None:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("retina")
+
+
+def relative_luminance(colour):
+    """WCAG 2 relative luminance of a matplotlib colour, from 0 (black) to 1 (white)."""
+    channels = np.asarray(mpl.colors.to_rgb(colour), dtype=float)  # (3,) sRGB in [0, 1]
+    linear = np.where(channels <= 0.04045, channels / 12.92, ((channels + 0.055) / 1.055) ** 2.4)
+    return float(linear @ np.array([0.2126, 0.7152, 0.0722]))
+
+
+def contrast_ratio(first, second=BACKGROUND):
+    """WCAG 2 contrast ratio between two colours, from 1 (none) to 21 (black on white)."""
+    lighter, darker = sorted((relative_luminance(first), relative_luminance(second)), reverse=True)
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+def text_colour_on(background):
+    """Black or white, whichever contrasts more with ``background`` (always at least 4.5:1)."""
+    return "black" if contrast_ratio("black", background) >= contrast_ratio("white", background) else "white"
+
+
+def heatmap(
+    matrix, row_labels, col_labels, title, ax=None, annotate=None, colorbar_label="weight", vmin=None, vmax=None, colorbar=True
+):
     """Draw a (rows, cols) matrix with labelled axes, a colour bar and a title.
 
     matrix: (R, C); row_labels: R names (queries); col_labels: C names (keys).
     annotate: write each value in its cell (default: only when the matrix is small).
+    colorbar: False leaves the colour bar to the caller (one bar shared by several panels).
     Returns the matplotlib Axes.
     """
     matrix = np.asarray(matrix, dtype=float)
@@ -22,22 +106,31 @@ def heatmap(matrix, row_labels, col_labels, title, ax=None, annotate=None, color
             f"for a matrix of shape {matrix.shape}"
         )
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.55 * matrix.shape[1] + 2.5, 0.45 * matrix.shape[0] + 1.5))
+        width = min(COLUMN_WIDTH, 0.5 * matrix.shape[1] + 2.8)
+        _, ax = plt.subplots(figsize=(width, 0.42 * matrix.shape[0] + 1.8))
     image = ax.imshow(matrix, cmap=COLORMAP, vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(matrix.shape[1]), labels=col_labels, rotation=45, ha="right")
+    ax.set_xticks(range(matrix.shape[1]), labels=col_labels, rotation=45, ha="right", rotation_mode="anchor")
     ax.set_yticks(range(matrix.shape[0]), labels=row_labels)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     ax.set_title(title)
-    ax.figure.colorbar(image, ax=ax, label=colorbar_label)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label=colorbar_label)
     if annotate is None:
         annotate = matrix.size <= 64
     if annotate:
-        middle = np.nanmean([image.norm.vmin, image.norm.vmax])
         for (row, col), number in np.ndenumerate(matrix):
-            colour = "black" if number > middle else "white"
-            ax.text(col, row, f"{number:.2f}", ha="center", va="center", color=colour, fontsize=8)
+            cell_colour = image.cmap(image.norm(number))
+            ax.text(col, row, f"{number:.2f}", ha="center", va="center", color=text_colour_on(cell_colour),
+                    fontsize=SMALLEST_FONT_PT)
     return ax
+
+
+def mark_cells(ax, rows, cols):
+    """Outline cells of a heatmap, black around white, so that the mark shows on every colour of the map."""
+    for row, col in zip(rows, cols, strict=True):
+        for colour, width in (("black", 3.5), ("white", 1.5)):
+            ax.add_patch(plt.Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, edgecolor=colour, lw=width))
 
 
 def weight_bars(weights, labels, title, ax=None, highlight=None):
@@ -46,13 +139,14 @@ def weight_bars(weights, labels, title, ax=None, highlight=None):
     if weights.ndim != 1 or len(labels) != len(weights):
         raise ValueError(f"weight_bars needs one weight per label, got shape {weights.shape} and {len(labels)} labels")
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.8 * len(weights) + 2, 3))
-    colours = plt.get_cmap(COLORMAP)(np.where(np.array(labels) == highlight, 0.85, 0.3))
+        _, ax = plt.subplots(figsize=(min(COLUMN_WIDTH, 0.9 * len(weights) + 2.4), 3.4))
+    colours = [HIGHLIGHT if label == highlight else BAR for label in labels]
     ax.bar(range(len(weights)), weights, color=colours)
     ax.set_xticks(range(len(weights)), labels=labels)
-    ax.set_ylim(0, max(1.0, float(weights.max()) * 1.1))
+    ax.set_ylim(0, max(1.0, float(weights.max()) * 1.15))
     ax.set_ylabel("weight")
     ax.set_title(title)
     for position, weight in enumerate(weights):
-        ax.text(position, weight + 0.02, f"{weight:.2f}", ha="center", fontsize=9)
+        ax.text(position, weight + 0.02, f"{weight:.2f}", ha="center", va="bottom", fontsize=SMALLEST_FONT_PT,
+                fontweight="bold" if labels[position] == highlight else "normal")
     return ax

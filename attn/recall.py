@@ -4,6 +4,7 @@ Each example is a context of (key, value) pairs with distinct keys, then a query
 the target is the value paired with that key in the context.
 """
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -27,8 +28,22 @@ class RecallData:
         return RecallData(self.keys[index], self.values[index], self.query[index], self.target[index], self.position[index])
 
 
+def _count(value, name, smallest=1):
+    """``value`` as an int >= ``smallest``; bools and floats (even 4.0) are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number (an int), got {value!r}")
+    if value < smallest:
+        raise ValueError(f"{name} must be {smallest} or more, got {value}")
+    return int(value)
+
+
 def make_recall_data(n_examples, n_pairs=6, n_keys=16, n_values=16, seed=0):
-    """``n_examples`` seeded examples of ``n_pairs`` (key, value) pairs and one query each."""
+    """``n_examples`` seeded examples of ``n_pairs`` (key, value) pairs and one query each.
+
+    Keys are ids in 0..n_keys-1, distinct within an example; values are ids in 0..n_values-1.
+    """
+    n_examples, n_pairs = _count(n_examples, "n_examples"), _count(n_pairs, "n_pairs")
+    n_keys, n_values, seed = _count(n_keys, "n_keys"), _count(n_values, "n_values"), _count(seed, "seed", smallest=0)
     if n_pairs > n_keys:
         raise ValueError(f"n_pairs={n_pairs} distinct keys cannot be drawn from n_keys={n_keys}")
     generator = torch.Generator().manual_seed(seed)
@@ -56,14 +71,33 @@ class RecallModel(nn.Module):
 
     def forward(self, keys, values, query):
         """keys, values (B, P), query (B,) -> value logits (B, n_values), weights (B, H, 1, P)."""
+        self._check_ids(keys, values, query)
         pairs = self.key_embedding(keys) + self.value_embedding(values)  # (B, P, E)
         question = self.key_embedding(query)[:, None, :]  # (B, 1, E)
         attended, weights = self.attention(question, pairs, pairs, need_weights=True)  # (B, 1, E)
         return self.readout(attended[:, 0]), weights
 
+    def _check_ids(self, keys, values, query):
+        n_keys, n_values = self.key_embedding.num_embeddings, self.value_embedding.num_embeddings
+        for name, ids, size in (("keys", keys, n_keys), ("values", values, n_values), ("query", query, n_keys)):
+            if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+                kind = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+                raise TypeError(f"{name} must be a tensor of integer ids, got {kind}")
+            if ids.numel() and (ids.min() < 0 or ids.max() >= size):
+                raise ValueError(
+                    f"{name} holds ids from {int(ids.min())} to {int(ids.max())}, but this model knows only 0..{size - 1}"
+                )
+        if keys.dim() != 2 or keys.shape != values.shape or query.shape != keys.shape[:1]:
+            raise ValueError(
+                f"keys and values must be (B, P) and query (B,): got keys {tuple(keys.shape)}, "
+                f"values {tuple(values.shape)}, query {tuple(query.shape)}"
+            )
+
 
 def train(model, data, steps=300, batch_size=128, learning_rate=3e-3, seed=0):
     """Adam on cross-entropy with seeded mini-batches; returns the loss of every step."""
+    steps, batch_size = _count(steps, "steps"), _count(batch_size, "batch_size")
+    _check_not_empty(data)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     losses = []
@@ -80,14 +114,24 @@ def train(model, data, steps=300, batch_size=128, learning_rate=3e-3, seed=0):
     return losses
 
 
+def _check_not_empty(data):
+    if not isinstance(data, RecallData):
+        raise TypeError(f"data must be RecallData (from make_recall_data), got {type(data).__name__}")
+    if len(data) == 0:
+        raise ValueError("data holds no examples; make it with make_recall_data(n_examples) for n_examples >= 1")
+
+
 @torch.no_grad()
 def accuracy(model, data):
     """Fraction of examples whose most likely value is the target."""
+    _check_not_empty(data)
     logits, _ = model(data.keys, data.values, data.query)
     return (logits.argmax(dim=-1) == data.target).float().mean().item()
 
 
 def most_common_value_accuracy(train_data, test_data):
     """Accuracy of always answering the value most common in the training targets: a model that cannot look up."""
+    _check_not_empty(train_data)
+    _check_not_empty(test_data)
     most_common = torch.bincount(train_data.target).argmax()
     return (test_data.target == most_common).float().mean().item()

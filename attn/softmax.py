@@ -1,16 +1,42 @@
 """A numerically stable softmax in NumPy."""
 
+import operator
+
 import numpy as np
 
 
 def as_float_array(x, name):
-    """Return ``x`` as a floating NumPy array (float64 unless it already is a float)."""
-    array = np.asarray(x)
+    """Return ``x`` as a real floating NumPy array: floats keep their dtype, integers become float64.
+
+    Text, booleans, complex numbers and other objects get a ``TypeError``; a ragged list
+    (rows of different lengths) gets a ``ValueError``. Both name ``name``.
+    """
+    try:
+        array = np.asarray(x)
+    except ValueError:
+        raise ValueError(f"{name} is not a rectangular array: are some of its rows longer than others?") from None
+    except (TypeError, RuntimeError) as error:  # e.g. a PyTorch tensor that requires grad or lives on a GPU
+        raise TypeError(f"{name} cannot be read as a NumPy array: {error}") from None
+    if np.iscomplexobj(array):
+        raise TypeError(f"{name} holds complex numbers (dtype {array.dtype}); attention works on real numbers")
     if array.dtype == bool or not np.issubdtype(array.dtype, np.number):
         raise TypeError(f"{name} must hold numbers, got dtype {array.dtype}")
     if not np.issubdtype(array.dtype, np.floating):
         array = array.astype(np.float64)
     return array
+
+
+def _checked_axis(axis, ndim, shape):
+    """``axis`` as a non-negative index into ``shape``, or a ValueError naming both."""
+    try:
+        index = None if isinstance(axis, bool | np.bool_) else operator.index(axis)
+    except TypeError:
+        index = None
+    if index is None:
+        raise TypeError(f"axis must be a whole number, got {axis!r}")
+    if not -ndim <= index < ndim:
+        raise ValueError(f"axis {axis!r} does not exist in an array of shape {shape} (valid: {-ndim} to {ndim - 1})")
+    return index % ndim
 
 
 def softmax(x, axis=-1):
@@ -24,17 +50,31 @@ def softmax(x, axis=-1):
     scores = as_float_array(x, "softmax input")
     if scores.ndim == 0:
         raise ValueError("softmax needs at least one axis, got a scalar")
+    axis = _checked_axis(axis, scores.ndim, scores.shape)
     if scores.shape[axis] == 0:
         raise ValueError(f"softmax needs at least one entry along axis {axis}, got shape {scores.shape}")
-    if np.isnan(scores).any() or np.isposinf(scores).any():
-        bad = "NaN" if np.isnan(scores).any() else "+inf"
+    largest = np.max(scores, initial=-np.inf)  # NaN if there is any NaN; +inf if there is any +inf
+    if np.isnan(largest) or np.isposinf(largest):
+        bad = "NaN" if np.isnan(largest) else "+inf"
         raise ValueError(
             f"softmax input of shape {scores.shape} contains {bad}; only finite values and -inf (masked) are allowed"
         )
+    return softmax_in_place(scores.copy(), axis)
+
+
+def softmax_in_place(scores, axis=-1):
+    """Overwrite ``scores`` with its softmax along ``axis`` and return it.
+
+    For callers that own ``scores`` and have checked it (no NaN, no +inf): it allocates
+    nothing of the size of ``scores``, so attention keeps one T x T array instead of several.
+    """
     row_max = np.max(scores, axis=axis, keepdims=True)
     # Subtracting the maximum keeps exp() at or below 1, so it cannot overflow.
-    # A row that is all -inf has no maximum to subtract: use 0 and let it sum to 0.
-    row_max = np.where(np.isneginf(row_max), 0.0, row_max)
-    exps = np.exp(scores - row_max)
-    totals = np.sum(exps, axis=axis, keepdims=True)
-    return np.divide(exps, totals, out=np.zeros_like(exps), where=totals > 0)
+    # A row that is all -inf has no maximum to subtract: use 0, and its exps are all 0.
+    row_max[np.isneginf(row_max)] = 0.0
+    scores -= row_max
+    np.exp(scores, out=scores)
+    totals = np.sum(scores, axis=axis, keepdims=True)
+    totals[totals == 0] = 1.0  # an all-zero row stays zero instead of becoming 0 / 0
+    scores /= totals
+    return scores

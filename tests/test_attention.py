@@ -116,3 +116,122 @@ def test_properties(seed, t_q, t_k, scale):
     order = np.random.default_rng(seed).permutation(t_k)
     permuted, _ = scaled_dot_product_attention(query, key[..., order, :], value[..., order, :])
     np.testing.assert_allclose(permuted, output, rtol=1e-10, atol=1e-12)
+
+
+# Issue 10: dtypes, overflow, complex and ragged input, whole-number mask sizes -----------------
+
+float_dtypes = st.sampled_from([np.float16, np.float32, np.float64])
+
+
+@given(float_dtypes, st.integers(0, 1000), st.integers(1, 5), st.integers(1, 5), st.booleans())
+def test_output_and_weights_keep_the_input_dtype(dtype, seed, t_q, t_k, masked):
+    query, key, value = (array.astype(dtype) for array in random_qkv(seed, t_q=t_q, t_k=t_k))
+    mask = np.random.default_rng(seed).random((t_q, t_k)) > 0.5 if masked else None
+    output, weights = scaled_dot_product_attention(query, key, value, mask=mask)
+    assert output.dtype == dtype and weights.dtype == dtype
+    row_sums = weights.astype(np.float64).sum(-1)
+    tolerance = 2e-3 if dtype == np.float16 else 1e-5
+    # Every row sums to 1, or to 0 where the mask allows no key.
+    assert np.all((np.abs(row_sums - 1) < tolerance) | (row_sums == 0))
+    expected, _ = scaled_dot_product_attention(*(array.astype(np.float64) for array in (query, key, value)), mask=mask)
+    np.testing.assert_allclose(output, expected, rtol=tolerance, atol=tolerance * 10)
+
+
+def test_integers_give_float64_and_mixed_floats_the_wider_one():
+    output, weights = scaled_dot_product_attention(np.ones((2, 3), dtype=int), np.ones((2, 3), dtype=int), np.ones((2, 1), int))
+    assert output.dtype == weights.dtype == np.float64
+    query, key, value = random_qkv(0)
+    output, _ = scaled_dot_product_attention(query.astype(np.float32), key, value.astype(np.float16))
+    assert output.dtype == np.float64
+
+
+def test_float16_scores_that_overflow_float16_are_computed_in_float32():
+    # The scores are -200 * 200 * 4 / 2 = -80,000, beyond float16's 65,504.
+    query, key, value = np.full((1, 4), 200, np.float16), np.full((2, 4), -200, np.float16), np.ones((2, 1), np.float16)
+    output, weights = scaled_dot_product_attention(query, key, value)
+    assert output.dtype == np.float16 and output[0, 0] == 1.0
+    np.testing.assert_array_equal(weights, [[0.5, 0.5]])
+
+
+@pytest.mark.parametrize("dtype, size", [(np.float32, 1e20), (np.float64, 1e160)])
+def test_scores_that_overflow_are_refused_not_zeroed(dtype, size):
+    query, key, value = np.full((1, 4), size, dtype), np.full((2, 4), size, dtype), np.ones((2, 1), dtype)
+    with pytest.raises(ValueError, match=f"the scores Q K\\^T / sqrt\\(d_k\\) overflowed {np.dtype(dtype)}"):
+        scaled_dot_product_attention(query, key, value)
+
+
+def test_complex_ragged_and_tensor_inputs_are_named():
+    with pytest.raises(TypeError, match="query holds complex numbers"):
+        scaled_dot_product_attention(np.ones((2, 2)) * 1j, np.ones((2, 2)), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="key is not a rectangular array"):
+        scaled_dot_product_attention(np.ones((2, 2)), [[1.0, 2.0], [3.0]], np.ones((2, 2)))
+    with pytest.raises(ValueError, match="mask is not a rectangular array"):
+        scaled_dot_product_attention(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)), mask=[[True, False], [True]])
+    with pytest.raises(TypeError, match="value cannot be read as a NumPy array"):
+        scaled_dot_product_attention(np.ones((2, 2)), np.ones((2, 2)), torch.ones(2, 2, requires_grad=True))
+    with pytest.raises(TypeError, match="query must hold numbers, got dtype <U1"):
+        scaled_dot_product_attention([["a"]], np.ones((2, 1)), np.ones((2, 1)))
+
+
+def test_empty_features_and_empty_keys_are_named():
+    with pytest.raises(ValueError, match=r"at least one feature \(d_k >= 1\)"):
+        scaled_dot_product_attention(np.ones((2, 0)), np.ones((3, 0)), np.ones((3, 1)))
+    with pytest.raises(ValueError, match=r"at least one key to attend to \(T_k >= 1\)"):
+        scaled_dot_product_attention(np.ones((2, 3)), np.ones((0, 3)), np.ones((0, 1)))
+    output, weights = scaled_dot_product_attention(np.ones((0, 3)), np.ones((2, 3)), np.ones((2, 1)))
+    assert output.shape == (0, 1) and weights.shape == (0, 2)
+
+
+def test_inputs_are_not_changed():
+    query, key, value = random_qkv(4)
+    copies = [array.copy() for array in (query, key, value)]
+    scaled_dot_product_attention(query, key, value, mask=np.tril(np.ones((4, 5), dtype=bool)))
+    for array, copy in zip((query, key, value), copies, strict=True):
+        np.testing.assert_array_equal(array, copy)
+
+
+@pytest.mark.parametrize("length", [0, 3, np.int64(3), np.int32(2)])
+def test_causal_mask_takes_whole_lengths(length):
+    assert causal_mask(length).shape == (int(length), int(length))
+
+
+@pytest.mark.parametrize(
+    "bad, error, words",
+    [(3.5, TypeError, "length must be a whole number"), (4.0, TypeError, "got 4.0"), (True, TypeError, "got True"),
+     (-1, ValueError, "length must be 0 or more, got -1"), (None, TypeError, "got None"), ("3", TypeError, "got '3'")],
+)
+def test_causal_mask_refuses_other_lengths(bad, error, words):
+    with pytest.raises(error, match=words):
+        causal_mask(bad)
+
+
+def test_padding_mask_takes_whole_lengths_in_many_forms():
+    expected = [[[True, True, False, False]], [[True, True, True, True]]]
+    for lengths in ([2, 4], (2, 4), np.array([2, 4], dtype=np.int32), torch.tensor([2, 4])):
+        np.testing.assert_array_equal(padding_mask(lengths, 4), expected)
+    assert padding_mask([0], 0).shape == (1, 1, 0)
+
+
+@pytest.mark.parametrize(
+    "lengths, max_length, error, words",
+    [
+        ([2.5], 4, TypeError, r"lengths must be whole numbers \(ints\), got float64 values \[2.5\]"),
+        ([2.0], 4, TypeError, "lengths must be whole numbers"),
+        ([np.nan], 4, TypeError, "lengths must be whole numbers"),
+        ([True, False], 4, TypeError, "lengths must be whole numbers"),
+        (["2"], 4, TypeError, "lengths must be whole numbers"),
+        ([2], 3.5, TypeError, "max_length must be a whole number"),
+        ([2], 4.0, TypeError, "max_length must be a whole number"),
+        ([2], True, TypeError, "max_length must be a whole number"),
+        ([2], -1, ValueError, "max_length must be 0 or more"),
+        ([-1], 4, ValueError, r"values in 0\.\.4, got \[-1\]"),
+        ([5], 4, ValueError, r"values in 0\.\.4, got \[5\]"),
+        ([], 4, ValueError, r"got \[\]"),
+        ([[2, 4]], 4, ValueError, "1-D list"),
+        ([[2, 4], [1]], 4, ValueError, "flat list of whole numbers"),
+        (3, 4, ValueError, "1-D list"),
+    ],
+)
+def test_padding_mask_refuses_other_lengths(lengths, max_length, error, words):
+    with pytest.raises(error, match=words):
+        padding_mask(lengths, max_length)

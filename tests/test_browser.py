@@ -1,17 +1,46 @@
-"""Every page of the built book, opened in headless Chromium as a reader would.
+"""Every page of the built book, opened in headless Chromium as a reader would, on a desktop and a phone.
 
-Checks: no failed request for a local resource, no JavaScript error from the book's own files
-(external CDNs are unreachable offline and ignored), every image on every page loaded with alt
-text, and every sidebar link resolving.
+The book is served from 127.0.0.1 with no other network: exactly a reader who built it or downloaded it.
+Every page is opened at 1280x800 and at 390x844 (device scale factor 3) and checked for:
+
+- nothing fetched from anywhere but the book itself, no failed request, no JavaScript or console error;
+- no raw TeX left in the page's text (code excluded), and every formula typeset by MathJax without error;
+- no page wider than the phone's viewport; a table wider than its column shows a scroll hint;
+- at 1280 px, no printed output wider than its output block (nothing cut off at the right);
+- every image loaded, with alt text; every sidebar link resolving;
+- exercise titles read "Exercise 1.1: ...", and the reference list matches the author-year citations.
+
+Legibility of figures. The course style (attn.plotting) writes no text smaller than SMALLEST_FONT_PT
+(10 pt) and saves PNGs at PNG_DPI (200 dpi), so the smallest text is 10 / 72 * 200 = 27.8 pixels high in
+the PNG, and on the page it is that times (rendered width / PNG width). The rule:
+
+- at both widths, the smallest text renders at least MIN_TEXT_CSS_PX (7) CSS pixels high, i.e. the PNG
+  is at most 3.97 times its rendered width; and the figure is at least 300 CSS px wide and 140 high;
+- at 1280 px, the PNG has at least twice the pixels of its rendered width (sharp on 2x screens);
+- the figure keeps its aspect ratio when the column shrinks it.
+
+tests/test_plotting.py checks the other half: that every lesson figure is a 200-dpi PNG from the course
+style and no lesson asks for text below 10 pt.
+
+The sidebar toggles are clicked (phone: both open their panel; desktop: the primary one hides and shows the
+sidebar), and lesson 4's explorer is driven through its sliders and keys, its numbers compared with
+attn.explorer.fruit_attention.
 """
 
 import functools
 import http.server
+import json
+import re
 import shutil
 import threading
 import urllib.request
 
+import numpy as np
 import pytest
+
+from attn import fruit
+from attn.explorer import fruit_attention
+from attn.plotting import PNG_DPI, SMALLEST_FONT_PT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -28,6 +57,14 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+DESKTOP = {"viewport": {"width": 1280, "height": 800}, "device_scale_factor": 1}
+PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3, "is_mobile": True, "has_touch": True}
+WIDTHS = {"desktop": DESKTOP, "phone": PHONE}
+
+MIN_TEXT_CSS_PX = 7
+SMALLEST_TEXT_PNG_PX = SMALLEST_FONT_PT / 72 * PNG_DPI  # 27.8
+MIN_FIGURE_WIDTH, MIN_FIGURE_HEIGHT = 300, 140
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -71,30 +108,90 @@ def pages_of(built_book):
     return sorted(pages)
 
 
-def visit(browser, url, base):
-    """Open one page and collect what went wrong with the book's own resources."""
-    page = browser.new_page()
+# What a page reports once it has loaded and MathJax has finished. Code, and MathJax's own output, are
+# left out of the raw-TeX search: code may show TeX on purpose.
+MEASURE = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  const skip = "pre, code, script, style, textarea, mjx-container";
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {
+    acceptNode: node => (node.parentElement && !node.parentElement.closest(skip)
+      ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_REJECT),
+  });
+  const rawTex = [];
+  while (walker.nextNode()) {
+    const text = walker.currentNode.nodeValue;
+    if (/\\\\[()\\[\\]]|\\$\\$|\\\\[A-Za-z]+/.test(text)) rawTex.push(text.trim().slice(0, 80));
+  }
+  const formulas = Array.from(document.querySelectorAll("span.math, div.math"));
+  const untypeset = formulas.filter(f => !f.querySelector("mjx-container")).map(f => f.textContent.slice(0, 60));
+  let mathErrors = [];
+  if (window.MathJax && MathJax.startup && MathJax.startup.document) {
+    mathErrors = Array.from(MathJax.startup.document.math)
+      .filter(item => /<merror|mathcolor="red"/.test(MathJax.startup.toMML(item.root)))
+      .map(item => item.math);
+  }
+  const images = Array.from(document.querySelectorAll(".bd-article img")).map(image => {
+    const box = image.getBoundingClientRect();
+    return {src: image.src, alt: image.alt, done: image.complete, naturalWidth: image.naturalWidth,
+            naturalHeight: image.naturalHeight, width: box.width, height: box.height};
+  });
+  const wideTables = Array.from(document.querySelectorAll(".bd-article .pst-scrollable-table-container"))
+    .filter(box => box.scrollWidth > box.clientWidth + 1)
+    .map(box => {
+      const hint = box.previousElementSibling;
+      const shown = !!hint && hint.classList.contains("table-scroll-hint") && !hint.hidden
+        && hint.getBoundingClientRect().height > 0;
+      return {table: box.textContent.trim().slice(0, 40), hinted: shown, focusable: box.tabIndex === 0};
+    });
+  const titles = Array.from(document.querySelectorAll(".exercise > .admonition-title, .solution > .admonition-title"))
+    .map(title => title.textContent.trim());
+  const solutionLinks = Array.from(document.querySelectorAll(".solution > .admonition-title a")).map(link => link.textContent);
+  // Solutions are folded away; unfold them (for this measurement only) so that their outputs are measured too.
+  document.querySelectorAll(".toggle-hidden").forEach(node => node.classList.remove("toggle-hidden"));
+  const cutOutputs = Array.from(document.querySelectorAll(".bd-article .cell_output .output, .bd-article .cell_output pre"))
+    .filter(output => output.getBoundingClientRect().width > 0 && output.scrollWidth > output.clientWidth + 1)
+    .map(output => output.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a), "").slice(0, 90));
+  return {
+    rawTex, formulas: formulas.length, untypeset, mathErrors, images, wideTables, titles, solutionLinks, cutOutputs,
+    pageWidth: Math.max(document.documentElement.scrollWidth, document.body.scrollWidth),
+    viewportWidth: document.documentElement.clientWidth,
+    sidebarLinks: Array.from(document.querySelectorAll("nav.bd-docs-nav a")).map(a => a.href),
+  };
+}"""
+
+
+def visit(context, url, base):
+    """Open one page, wait for MathJax, and report what a reader would see and what went wrong."""
+    page = context.new_page()
     problems = []
-    page.on("requestfailed", lambda request: request.url.startswith(base) and problems.append(f"failed: {request.url}"))
-    page.on(
-        "response",
-        lambda response: response.url.startswith(base) and response.status >= 400
-        and problems.append(f"HTTP {response.status}: {response.url}"),
-    )
-    page.on("pageerror", lambda error: base in (error.stack or "") and problems.append(f"JavaScript error: {error}"))
-    page.on(
-        "console",
-        lambda message: message.type == "error"
-        and message.location.get("url", "").startswith(base)
-        and problems.append(f"console error: {message.text}"),
-    )
+
+    def on_request(request):
+        if not request.url.startswith((base, "data:", "blob:", "about:")):
+            problems.append(f"fetched from outside the book: {request.url}")
+
+    page.on("request", on_request)
+    page.on("requestfailed", lambda request: problems.append(f"failed: {request.url}"))
+    page.on("response", lambda response: response.status >= 400 and problems.append(f"HTTP {response.status}: {response.url}"))
+    page.on("pageerror", lambda error: problems.append(f"JavaScript error: {error}"))
+    page.on("console", lambda message: message.type == "error" and problems.append(f"console error: {message.text}"))
     page.goto(url, wait_until="load")
-    images = page.evaluate(
-        "() => Array.from(document.images).map(i => ({src: i.src, width: i.naturalWidth, alt: i.alt, done: i.complete}))"
-    )
-    links = page.evaluate("() => Array.from(document.querySelectorAll('nav.bd-docs-nav a')).map(a => a.href)")
+    report = page.evaluate(MEASURE)
     page.close()
-    return problems, images, links
+    report["problems"] = problems
+    return report
+
+
+@pytest.fixture(scope="module")
+def reports(site, browser):
+    """{(width name, page): report} for every page at both widths: each page is opened once per width."""
+    base, built_book = site
+    results = {}
+    for name, settings in WIDTHS.items():
+        context = browser.new_context(**settings)
+        for relative in pages_of(built_book):
+            results[name, relative] = visit(context, base + relative, base)
+        context.close()
+    return results
 
 
 def test_the_front_page_opens_the_welcome_page(site, browser):
@@ -106,23 +203,228 @@ def test_the_front_page_opens_the_welcome_page(site, browser):
     page.close()
 
 
-def test_every_page_loads_cleanly_with_its_images_and_sidebar_links(site, browser):
-    base, built_book = site
-    pages = pages_of(built_book)
-    lesson_pages = [page for page in pages if page.startswith("lessons/")]
-    assert lesson_pages, "no lesson pages were built"
+def test_every_page_loads_only_from_the_book_without_errors(reports):
+    for (width, relative), report in reports.items():
+        assert not report["problems"], f"{relative} at {width}: {report['problems']}"
+
+
+def test_no_raw_tex_and_every_formula_typeset(reports):
+    pages_with_math = 0
+    for (width, relative), report in reports.items():
+        assert not report["rawTex"], f"{relative} at {width} shows raw TeX: {report['rawTex'][:5]}"
+        assert not report["untypeset"], f"{relative} at {width}: formulas not typeset: {report['untypeset'][:5]}"
+        assert not report["mathErrors"], f"{relative} at {width}: MathJax could not typeset {report['mathErrors'][:5]}"
+        pages_with_math += report["formulas"] > 0
+    assert pages_with_math >= 10, "the lessons and the notation page are full of formulas"
+    assert reports["desktop", "book/notation.html"]["formulas"] >= 30
+
+
+def test_no_page_is_wider_than_a_phone(reports):
+    for (width, relative), report in reports.items():
+        assert report["pageWidth"] <= report["viewportWidth"], (
+            f"{relative} at {width} scrolls sideways: {report['pageWidth']} px wide in a {report['viewportWidth']} px viewport"
+        )
+
+
+def test_wide_tables_scroll_in_their_own_box_with_a_hint(reports):
+    for (width, relative), report in reports.items():
+        for table in report["wideTables"]:
+            assert table["hinted"] and table["focusable"], f"{relative} at {width}: a wide table without a scroll hint: {table}"
+
+
+def test_printed_output_fits_its_block_at_desktop_width(reports):
+    for (width, relative), report in reports.items():
+        if width == "desktop":
+            assert not report["cutOutputs"], f"{relative}: output cut off at 1280 px: {report['cutOutputs']}"
+
+
+def test_every_image_loads_with_alt_text_and_sidebar_links_resolve(site, reports):
+    base, _ = site
     sidebar_links = set()
-    for relative in pages:
-        problems, images, links = visit(browser, base + relative, base)
-        assert not problems, f"{relative}: {problems}"
-        for image in images:
+    for (_, relative), report in reports.items():
+        for image in report["images"]:
             if image["src"].startswith(base):
-                assert image["done"] and image["width"] > 0, f"{relative}: image did not load: {image['src']}"
-        if relative in lesson_pages:
-            assert images, f"{relative} shows no figure"
-            assert all(image["alt"].strip() for image in images), f"{relative}: an image has no alt text"
-        sidebar_links.update(link.split("#")[0] for link in links if link.startswith(base))
+                assert image["done"] and image["naturalWidth"] > 0, f"{relative}: image did not load: {image['src']}"
+            assert image["alt"].strip(), f"{relative}: an image has no alt text"
+        if relative.startswith("lessons/"):
+            assert report["images"], f"{relative} shows no figure"
+        sidebar_links.update(link.split("#")[0] for link in report["sidebarLinks"] if link.startswith(base))
     assert any("lessons/01_lookup_table.html" in link for link in sidebar_links), "lesson 1 is not in the sidebar"
     for link in sorted(sidebar_links):
         with urllib.request.urlopen(link) as response:  # noqa: S310 - a local server started above
             assert response.status == 200, link
+
+
+def test_every_figure_is_large_enough_to_read(reports):
+    figures = 0
+    for (width, relative), report in reports.items():
+        for image in report["images"]:
+            figures += 1
+            name = f"{relative} at {width}: {image['src'].rsplit('/', 1)[-1][:12]}"
+            scale = image["width"] / image["naturalWidth"]
+            assert SMALLEST_TEXT_PNG_PX * scale >= MIN_TEXT_CSS_PX, (
+                f"{name}: smallest text {SMALLEST_TEXT_PNG_PX * scale:.1f} CSS px high "
+                f"(PNG {image['naturalWidth']} px wide, shown {image['width']:.0f} px)"
+            )
+            assert image["width"] >= MIN_FIGURE_WIDTH and image["height"] >= MIN_FIGURE_HEIGHT, (
+                f"{name}: shown {image['width']:.0f}x{image['height']:.0f} CSS px"
+            )
+            assert image["height"] / image["width"] == pytest.approx(image["naturalHeight"] / image["naturalWidth"], rel=0.02), (
+                f"{name}: stretched"
+            )
+            if width == "desktop":
+                assert image["naturalWidth"] >= 2 * image["width"] - 1, f"{name}: soft on a 2x screen"
+    assert figures >= 2 * 15
+
+
+def test_exercise_titles_and_solution_links_read_cleanly(reports):
+    titles = [title for (width, relative), report in reports.items() if width == "desktop" for title in report["titles"]]
+    assert titles, "no exercise found"
+    for title in titles:
+        assert "Exercise (" not in title, title
+        assert re.search(r"Exercise \d\.\d: \S", title), title
+    links = [link for (width, _), report in reports.items() if width == "desktop" for link in report["solutionLinks"]]
+    assert links and all(link == link.strip() for link in links), [link for link in links if link != link.strip()][:3]
+
+
+def open_page(browser, settings, url):
+    context = browser.new_context(**settings)
+    page = context.new_page()
+    page.goto(url, wait_until="load")
+    return context, page
+
+
+def test_the_reference_list_matches_the_author_year_citations(site, browser):
+    base, _ = site
+    context, page = open_page(browser, DESKTOP, base + "book/references.html")
+    entries = page.locator("div.citation-list div.citation").all_inner_texts()
+    assert entries, "no reference list"
+    assert not any(re.search(r"\[[A-Z][A-Za-z+]*\d\d\]", entry) for entry in entries), entries[:3]
+    first_authors = [re.match(r"([^,.]+?)(?:,| and |\. )", entry).group(1) for entry in entries]
+    surnames = [author.split()[-1] for author in first_authors]
+    assert surnames == sorted(surnames, key=str.lower), surnames
+    page.goto(base + "lessons/03_scaled_dot_products.html", wait_until="load")
+    citation = page.locator("a", has_text=re.compile(r"Vaswani et al\., 2017")).first
+    href = citation.get_attribute("href")
+    page.goto(base + "lessons/" + href, wait_until="load")
+    target = page.locator(f"[id='{href.split('#')[1]}']")
+    assert "Vaswani" in target.inner_text() and "2017" in target.inner_text()
+    context.close()
+
+
+def test_sidebars_open_on_a_phone(site, browser):
+    base, _ = site
+    context, page = open_page(browser, PHONE, base + "lessons/03_scaled_dot_products.html")
+    lesson_link = page.get_by_role("link", name="Lesson 1: A lookup table")
+    assert not lesson_link.is_visible()
+    page.locator(".primary-toggle:visible").click()
+    page.wait_for_selector("#pst-primary-sidebar-modal[open]")
+    assert lesson_link.is_visible()
+    box = lesson_link.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390
+    lesson_link.click()
+    page.wait_for_url("**/lessons/01_lookup_table.html")
+
+    page.locator(".secondary-toggle:visible").click()
+    page.wait_for_selector("#pst-secondary-sidebar-modal[open]")
+    assert page.locator("#pst-secondary-sidebar-modal").get_by_role("link", name="Exercises").is_visible()
+    context.close()
+
+
+def test_the_sidebar_toggle_hides_and_shows_the_sidebar_on_a_desktop(site, browser):
+    base, _ = site
+    context, page = open_page(browser, DESKTOP, base + "lessons/03_scaled_dot_products.html")
+    sidebar = page.locator("#pst-primary-sidebar")
+    toggle = page.locator(".primary-toggle:visible")
+    assert sidebar.is_visible() and sidebar.bounding_box()["x"] >= 0
+    toggle.click()
+    page.wait_for_function("getComputedStyle(document.querySelector('#pst-primary-sidebar')).visibility === 'hidden'")
+    toggle.click()
+    page.wait_for_function("getComputedStyle(document.querySelector('#pst-primary-sidebar')).visibility === 'visible'")
+    assert page.get_by_role("link", name="Lesson 1: A lookup table").is_visible()
+    context.close()
+
+
+# Explorer settings: (sweetness, durability, texture), scaled, temperature exponent (temperature = 10 ** exponent).
+SETTINGS = [
+    ((0.8, 0.2, 0.1), True, "0"),
+    ((0.0, 1.0, 0.0), True, "0.3"),
+    ((1.0, 0.0, 1.0), False, "-1.5"),
+    ((0.35, 0.65, 0.9), False, "1.5"),
+    ((0.5, 0.5, 0.5), True, "-0.7"),
+    ((0.05, 0.95, 0.45), False, "-1"),
+]
+
+
+def read_explorer(explorer):
+    """The numbers the explorer shows: weights (3,), output (3,) and the chosen item."""
+    def shown(key):
+        return float(explorer.locator(f"[data-fe='{key}']").inner_text())
+
+    weights = [shown(f"weight-{name}") for name in fruit.NAMES]
+    output = [shown(f"output-{name}") for name in fruit.VALUE_ATTRIBUTES]
+    return np.array(weights), np.array(output), explorer.locator("[data-fe='choice']").inner_text()
+
+
+def assert_explorer_matches(explorer, query, scaled, exponent):
+    weights, output = fruit_attention(query, scaled, 10 ** float(exponent))
+    shown_weights, shown_output, choice = read_explorer(explorer)
+    setting = f"query {query}, scaled {scaled}, temperature 10**{exponent}"
+    np.testing.assert_allclose(shown_weights, weights, rtol=0, atol=5e-4 + 1e-9, err_msg=setting)
+    np.testing.assert_allclose(shown_output, output, rtol=0, atol=5e-4 + 1e-9, err_msg=setting)
+    assert [f"{number:.3f}" for number in shown_weights] == [f"{number:.3f}" for number in weights], setting
+    assert choice == fruit.NAMES[int(np.argmax(weights))], setting
+
+
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+def test_the_explorer_runs_in_the_page_and_matches_python(site, browser, width):
+    base, _ = site
+    context, page = open_page(browser, WIDTHS[width], base + "lessons/04_softmax_first_output.html")
+    explorer = page.locator(".fruit-explorer")
+    assert explorer.count() == 1
+    explorer.scroll_into_view_if_needed()
+    sliders = {name: explorer.get_by_label(name, exact=True) for name in (*fruit.KEY_ATTRIBUTES, "temperature")}
+    scaling = explorer.get_by_role("checkbox")
+    viewport = WIDTHS[width]["viewport"]["width"]
+    for slider in sliders.values():  # labelled, and large enough to drag with a finger
+        box = slider.bounding_box()
+        assert box["height"] >= 40 and box["width"] >= 120 and box["x"] + box["width"] <= viewport, box
+
+    assert_explorer_matches(explorer, tuple(fruit.QUERY), True, "0")  # as the page opens
+    for query, scaled, exponent in SETTINGS:
+        for name, number in zip(fruit.KEY_ATTRIBUTES, query, strict=True):
+            sliders[name].fill(str(number))
+        sliders["temperature"].fill(exponent)
+        scaling.set_checked(scaled)
+        assert_explorer_matches(explorer, query, scaled, exponent)
+
+    # The keyboard moves the sliders too: two steps right on sweetness from 0.05.
+    sliders["sweetness"].focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    assert sliders["sweetness"].input_value() == "0.15"
+    assert_explorer_matches(explorer, (0.15, 0.95, 0.45), False, "-1")
+    context.close()
+
+
+def test_the_explorer_computes_what_python_computes_at_any_setting(site, browser):
+    base, _ = site
+    context, page = open_page(browser, DESKTOP, base + "lessons/04_softmax_first_output.html")
+    rng = np.random.default_rng(4)
+    cases = [(rng.uniform(-1, 2, 3).tolist(), bool(rng.integers(2)), float(10 ** rng.uniform(-2, 2))) for _ in range(200)]
+    computed = page.evaluate(
+        """cases => {
+          const data = JSON.parse(document.querySelector('.fruit-explorer').getAttribute('data-explorer'));
+          return cases.map(([query, scaled, temperature]) => window.fruitExplorer.attention(data, query, scaled, temperature));
+        }""",
+        cases,
+    )
+    for (query, scaled, temperature), result in zip(cases, computed, strict=True):
+        weights, output = fruit_attention(query, scaled, temperature)
+        np.testing.assert_allclose(result["weights"], weights, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(result["output"], output, rtol=1e-12, atol=1e-12)
+        assert result["best"] == int(np.argmax(weights))
+    data = json.loads(page.locator(".fruit-explorer").get_attribute("data-explorer"))
+    np.testing.assert_array_equal(data["keys"], fruit.KEYS)
+    np.testing.assert_array_equal(data["values"], fruit.VALUES)
+    context.close()

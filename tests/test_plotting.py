@@ -1,4 +1,16 @@
-"""The shared plotting helpers draw what they say and refuse mismatched labels."""
+"""The course style and the shared plotting helpers: readable, high-contrast, colour-blind-safe figures.
+
+Contrast is the WCAG 2 ratio; every mark and every piece of text needs at least 3:1 against what it is
+drawn on. The lessons' committed figures are checked here too: every one comes from the course style
+(a 2x PNG at 200 dpi, no wider than the book's column), and no lesson asks for smaller text or for a
+colour outside the palette.
+"""
+
+import base64
+import html
+import json
+import re
+import struct
 
 import matplotlib
 
@@ -7,8 +19,81 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from matplotlib.font_manager import FontProperties  # noqa: E402
 
-from attn.plotting import COLORMAP, heatmap, weight_bars  # noqa: E402
+from attn import fruit  # noqa: E402
+from attn.plotting import (  # noqa: E402
+    BACKGROUND,
+    COLORMAP,
+    COLUMN_WIDTH,
+    GUIDE,
+    HIGHLIGHT,
+    MINIMUM_CONTRAST,
+    NEUTRAL,
+    PALETTE,
+    PNG_DPI,
+    SMALLEST_FONT_PT,
+    contrast_ratio,
+    heatmap,
+    mark_cells,
+    relative_luminance,
+    text_colour_on,
+    use_course_style,
+    weight_bars,
+)
+from tests.notebooks import LESSONS, code_cells, load  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def course_style():
+    """Each test draws in the course style, and leaves matplotlib as it found it."""
+    with matplotlib.rc_context():
+        use_course_style()
+        yield
+        plt.close("all")
+
+
+def test_contrast_ratio_matches_wcag():
+    assert contrast_ratio("black", "white") == pytest.approx(21.0)
+    assert contrast_ratio("white", "white") == pytest.approx(1.0)
+    assert contrast_ratio("#767676") == pytest.approx(4.54, abs=0.01)  # the usual 4.5:1 grey on white
+    assert contrast_ratio("#FDE725") == pytest.approx(1.26, abs=0.01)  # viridis's yellow: the issue's chair line
+    assert relative_luminance("#000000") == 0.0 and relative_luminance("#FFFFFF") == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("colour", [*PALETTE, NEUTRAL, GUIDE])
+def test_every_palette_colour_stands_out_from_the_background(colour):
+    assert contrast_ratio(colour, BACKGROUND) >= MINIMUM_CONTRAST
+
+
+def test_the_palette_is_okabe_ito_without_its_light_colours():
+    okabe_ito = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
+    assert set(PALETTE) <= okabe_ito and len(set(PALETTE)) == len(PALETTE) == 5
+    # The emphasised bar differs from the others in lightness too, not only in hue.
+    assert abs(relative_luminance(HIGHLIGHT) - relative_luminance(NEUTRAL)) > 0.05
+
+
+@pytest.mark.parametrize("colormap", [COLORMAP, "cividis"])
+def test_text_on_any_heatmap_cell_has_contrast(colormap):
+    for position in np.linspace(0, 1, 256):
+        cell = matplotlib.colormaps[colormap](position)
+        assert contrast_ratio(text_colour_on(cell), cell) >= 4.5
+        # mark_cells draws black around white: one of the two always shows.
+        assert max(contrast_ratio("black", cell), contrast_ratio("white", cell)) >= MINIMUM_CONTRAST
+
+
+def test_the_course_style_sets_readable_sizes_and_sharp_output():
+    assert plt.rcParams["figure.dpi"] == PNG_DPI / 2
+    assert matplotlib.colors.same_color(plt.rcParams["figure.facecolor"], BACKGROUND)
+    assert plt.rcParams["figure.figsize"][0] <= COLUMN_WIDTH
+    for key in ("font.size", "axes.titlesize", "axes.labelsize", "xtick.labelsize", "ytick.labelsize", "legend.fontsize"):
+        assert FontProperties(size=plt.rcParams[key]).get_size_in_points() >= SMALLEST_FONT_PT, key
+    colours = [entry["color"] for entry in plt.rcParams["axes.prop_cycle"]]
+    assert colours == list(PALETTE)
+
+
+def text_sizes(figure):
+    return [text.get_fontsize() for text in figure.findobj(matplotlib.text.Text) if text.get_text().strip()]
 
 
 def test_heatmap_labels_title_colourbar():
@@ -19,7 +104,25 @@ def test_heatmap_labels_title_colourbar():
     assert ax.images[0].get_cmap().name == COLORMAP
     assert len(ax.figure.axes) == 2  # the heatmap and its colour bar
     assert len(ax.texts) == 9  # small matrices are annotated
-    plt.close(ax.figure)
+    assert ax.figure.get_size_inches()[0] <= COLUMN_WIDTH
+    assert min(text_sizes(ax.figure)) >= SMALLEST_FONT_PT
+
+
+def test_heatmap_numbers_contrast_with_their_cells():
+    matrix = np.linspace(0, 1, 16).reshape(4, 4)
+    ax = heatmap(matrix, list("abcd"), list("wxyz"), "t", vmin=0, vmax=1)
+    image = ax.images[0]
+    for text in ax.texts:
+        col, row = (round(coordinate) for coordinate in text.get_position())
+        cell = image.cmap(image.norm(matrix[row, col]))
+        assert contrast_ratio(text.get_color(), cell) >= 4.5, (text.get_text(), text.get_color())
+
+
+def test_heatmap_can_leave_the_colour_bar_to_the_caller():
+    fig, axes = plt.subplots(1, 2)
+    for ax in axes:
+        heatmap(np.eye(2), ["a", "b"], ["x", "y"], "t", ax=ax, colorbar=False)
+    assert len(fig.axes) == 2
 
 
 def test_heatmap_refuses_mismatched_labels():
@@ -29,11 +132,28 @@ def test_heatmap_refuses_mismatched_labels():
         heatmap(np.ones(3), ["a"], ["x"], "t")
 
 
+def test_wide_heatmaps_stay_within_the_column():
+    ax = heatmap(np.zeros((11, 11)), [str(i) for i in range(11)], [str(i) for i in range(11)], "t")
+    assert ax.figure.get_size_inches()[0] <= COLUMN_WIDTH
+    assert not ax.texts  # 121 cells: too many numbers to write
+
+
+def test_mark_cells_outlines_in_black_and_white():
+    ax = heatmap(np.eye(3), list("abc"), list("xyz"), "t")
+    mark_cells(ax, [0, 2], [1, 0])
+    edges = [matplotlib.colors.to_hex(patch.get_edgecolor()) for patch in ax.patches]
+    assert edges == ["#000000", "#ffffff"] * 2
+    assert [patch.get_xy() for patch in ax.patches[::2]] == [(0.5, -0.5), (-0.5, 1.5)]
+    with pytest.raises(ValueError):
+        mark_cells(ax, [0, 1], [0])
+
+
 def test_weight_bars():
     ax = weight_bars([0.2, 0.8], ["a", "b"], "w", highlight="b")
     assert len(ax.patches) == 2
     assert ax.patches[1].get_height() == pytest.approx(0.8)
-    plt.close(ax.figure)
+    assert [matplotlib.colors.to_hex(bar.get_facecolor()).upper() for bar in ax.patches] == [NEUTRAL, HIGHLIGHT]
+    assert min(text_sizes(ax.figure)) >= SMALLEST_FONT_PT
     with pytest.raises(ValueError, match="one weight per label"):
         weight_bars([0.2, 0.8], ["a"], "w")
 
@@ -48,9 +168,76 @@ def test_explorer_pieces():
         fruit_attention([0.8, 0.2, 0.1], temperature=0)
     figure = sweep_grid([0.8, 0.2, 0.1], temperatures=(0.5, 2.0))
     assert len(figure.axes) == 4
-    plt.close(figure)
+    assert figure.get_size_inches()[0] <= COLUMN_WIDTH
+    assert min(text_sizes(figure)) >= SMALLEST_FONT_PT
     widget = explorer()
     assert [child.description for child in widget.children[:5]] == [
         "sweetness", "durability", "texture", "divide by sqrt(d_k)", "temperature"
     ]
-    plt.close("all")
+
+
+def test_the_page_explorer_carries_the_fruit_table_and_no_script():
+    from attn.explorer import QUERY_SLIDER, TEMPERATURE_EXPONENT, explorer_data, page_explorer
+
+    markup = page_explorer()._repr_html_()
+    assert markup == page_explorer()._repr_html_(), "the same HTML every run (strict nbval compares it)"
+    assert "<script" not in markup, "the book serves the explorer's script; the cell carries only data"
+    match = re.fullmatch(r'<div class="fruit-explorer" data-explorer="([^"]*)">.*</div>', markup, flags=re.S)
+    data = json.loads(html.unescape(match.group(1)))
+    assert data == explorer_data()
+    np.testing.assert_array_equal(data["keys"], fruit.KEYS)
+    np.testing.assert_array_equal(data["values"], fruit.VALUES)
+    np.testing.assert_array_equal(data["query"], fruit.QUERY)
+    assert data["names"] == list(fruit.NAMES)
+    assert data["querySlider"] == QUERY_SLIDER and data["temperatureExponent"] == TEMPERATURE_EXPONENT
+    assert data["colours"] == {"bar": NEUTRAL, "highlight": HIGHLIGHT}
+    assert "explorer" in repr(page_explorer())
+
+
+def lesson_pngs():
+    """(lesson, cell index, PNG bytes, output metadata) for every figure committed in the lessons."""
+    for path in LESSONS:
+        for index, cell in enumerate(code_cells(load(path))):
+            for output in cell["outputs"]:
+                if "image/png" in output.get("data", {}):
+                    yield path.stem, index, base64.b64decode(output["data"]["image/png"]), output.get("metadata", {})
+
+
+def png_size_and_dpi(png):
+    width, height = struct.unpack(">II", png[16:24])
+    chunk = png.find(b"pHYs")
+    assert chunk > 0, "PNG without a resolution"
+    x_per_metre, y_per_metre, unit = struct.unpack(">IIB", png[chunk + 4 : chunk + 13])
+    assert unit == 1 and x_per_metre == y_per_metre
+    return width, height, x_per_metre * 0.0254
+
+
+def test_every_lesson_figure_comes_from_the_course_style():
+    figures = list(lesson_pngs())
+    assert len(figures) >= 15
+    for lesson, index, png, metadata in figures:
+        width, height, dpi = png_size_and_dpi(png)
+        where = f"{lesson}, code cell {index}"
+        assert dpi == pytest.approx(PNG_DPI, abs=1), f"{where}: {dpi:.0f} dpi"
+        assert metadata.get("image/png") == {"width": width // 2, "height": height // 2}, f"{where}: not a 2x (retina) PNG"
+        assert width <= (COLUMN_WIDTH + 0.4) * PNG_DPI, f"{where}: {width / PNG_DPI:.1f} inches wide"
+
+
+FONT_SIZE = re.compile(r"fontsize\s*=\s*([\d.]+|\"[a-z-]+\"|'[a-z-]+')")
+COLOUR_LITERAL = re.compile(r"colou?r\s*=\s*[\"']([^\"']+)[\"']|[\"'](#[0-9A-Fa-f]{6})[\"']")
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[path.stem for path in LESSONS])
+def test_lessons_ask_for_no_small_text_and_no_colour_outside_the_palette(path):
+    allowed = {matplotlib.colors.to_hex(colour) for colour in (*PALETTE, NEUTRAL, GUIDE, "black", "white")}
+    cells = code_cells(load(path))
+    assert "use_course_style()" in "".join(cells[0]["source"]), "the first cell applies the course style"
+    for cell in cells:
+        source = "".join(cell["source"])
+        for size in FONT_SIZE.findall(source):
+            assert size.strip("\"'") not in {"xx-small", "x-small", "small", "smaller"}, source[:80]
+            if size[0].isdigit():
+                assert float(size) >= SMALLEST_FONT_PT, f"fontsize={size} in {source[:80]}"
+        for named, hex_code in COLOUR_LITERAL.findall(source):
+            colour = named or hex_code
+            assert matplotlib.colors.to_hex(colour) in allowed, f"colour {colour} outside the palette in {source[:80]}"

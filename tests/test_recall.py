@@ -46,3 +46,59 @@ def test_the_model_learns_to_look_up():
         _, weights = model(test_data.keys, test_data.values, test_data.query)
     on_match = weights[:, 0, 0][torch.arange(len(test_data)), test_data.position].mean()
     assert on_match > 0.5, "the query attends to the matching pair"
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"n_examples": 0}, ValueError, "n_examples must be 1 or more, got 0"),
+        ({"n_examples": 2.5}, TypeError, "n_examples must be a whole number"),
+        ({"n_examples": 10, "n_pairs": 0}, ValueError, "n_pairs must be 1 or more, got 0"),
+        ({"n_examples": 10, "n_keys": 0}, ValueError, "n_keys must be 1 or more"),
+        ({"n_examples": 10, "n_values": -1}, ValueError, "n_values must be 1 or more"),
+        ({"n_examples": 10, "n_values": True}, TypeError, "n_values must be a whole number"),
+        ({"n_examples": 10, "seed": -1}, ValueError, "seed must be 0 or more"),
+        ({"n_examples": 10, "seed": "0"}, TypeError, "seed must be a whole number"),
+        ({"n_examples": None}, TypeError, "n_examples must be a whole number"),
+    ],
+)
+def test_bad_data_settings_are_named(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        make_recall_data(**kwargs)
+
+
+def test_ids_outside_the_vocabulary_are_refused():
+    model = RecallModel(n_keys=8, n_values=4)
+    data = make_recall_data(3, n_pairs=5, n_keys=8, n_values=4)
+    with pytest.raises(ValueError, match=r"keys holds ids from \d+ to 8, but this model knows only 0..7"):
+        model(data.keys.clamp(max=7).index_fill(1, torch.tensor([0]), 8), data.values, data.query)
+    with pytest.raises(ValueError, match=r"values holds ids from -1 to \d+, but this model knows only 0..3"):
+        model(data.keys, data.values.index_fill(1, torch.tensor([0]), -1), data.query)
+    with pytest.raises(ValueError, match=r"query holds ids from \d+ to 99"):
+        model(data.keys, data.values, torch.full((3,), 99))
+    with pytest.raises(TypeError, match="integer ids, got torch.float32"):
+        model(data.keys.float(), data.values, data.query)
+    with pytest.raises(ValueError, match=r"query \(2,\)"):
+        model(data.keys, data.values, data.query[:2])
+    bigger = make_recall_data(3, n_pairs=5, n_keys=16, n_values=16, seed=1)
+    with pytest.raises(ValueError, match="this model knows only"):
+        model(bigger.keys, bigger.values, bigger.query)
+
+
+def test_bad_training_settings_are_named():
+    model, data = RecallModel(), make_recall_data(20)
+    with pytest.raises(ValueError, match="batch_size must be 1 or more, got 0"):
+        train(model, data, steps=1, batch_size=0)
+    with pytest.raises(ValueError, match="steps must be 1 or more, got 0"):
+        train(model, data, steps=0)
+    with pytest.raises(TypeError, match="data must be RecallData"):
+        train(model, [1, 2, 3], steps=1)
+    empty = data.batch(torch.arange(0))
+    with pytest.raises(ValueError, match="data holds no examples"):
+        train(model, empty, steps=1)
+    with pytest.raises(ValueError, match="data holds no examples"):
+        accuracy(model, empty)
+    with pytest.raises(ValueError, match="data holds no examples"):
+        most_common_value_accuracy(empty, data)
+    losses = train(model, data, steps=2, batch_size=4)
+    assert len(losses) == 2 and all(loss == loss for loss in losses), "no NaN losses"

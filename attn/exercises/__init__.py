@@ -1,0 +1,13 @@
+"""The exercises' self-checks: ``check("1.2", answer)`` prints "Correct: ..." or "Not yet: ...".
+
+``answers`` turns any answer into a clean form (a number, an array, a shape, a function's
+outputs) or a sentence saying what is wrong with it; ``registry`` holds the exercises and
+``check``; each lesson's module registers that lesson's exercises when it is imported, with
+only the exercise's own logic and its hints for common mistakes. To add a lesson's
+exercises, write ``lessonNN.py`` and add it to the import below.
+"""
+
+from attn.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07  # noqa: F401 - they register
+from attn.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict
+
+__all__ = ["EXERCISES", "check", "exercise", "exercise_ids", "verdict"]

@@ -1,0 +1,442 @@
+"""Answers as learners give them, turned into one clean form per kind of answer, or into a sentence.
+
+Every exercise declares the kind of answer it expects:
+
+- ``Number``: one real number (``whole=True``: a count, compared exactly);
+- ``Array``: real numbers of any shape (``kind="float"``), whole numbers (``"whole"``), or
+  a 0/1 mask (``"mask"``, with ``meaning`` saying what True means);
+- ``Shape``: a flat tuple of whole numbers;
+- ``Function``: a function; it is called with the arguments the exercise states, and each
+  output is cleaned as the kind given in ``returns``.
+
+``normalise(answer, expects)`` returns the clean form (a NumPy array, float64 or int64 for
+numbers and the answer's own dtype for masks; a tuple of ints; a ``Called`` holding the
+function and its cleaned outputs) or raises ``AnswerError`` with a sentence naming what is
+wrong: nothing yet (None or ``...``), text, a yes/no value, a dictionary, a ragged list, a
+complex number, NaN or inf, an empty array, a number that is not whole, a function that
+raises or returns None. Lists and tuples become arrays; PyTorch tensors (on any device,
+with or without ``requires_grad``) are read as NumPy arrays. The shape is left to the checks,
+which look for common mistakes first and then call ``compare``.
+"""
+
+import contextlib
+import io
+import numbers
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+class AnswerError(Exception):
+    """The answer cannot be judged as it is; the message says why, as a sentence for the learner."""
+
+
+@dataclass(frozen=True)
+class Number:
+    what: str  # the answer in a sentence, such as "your blended price"
+    whole: bool = False
+    if_not_finite: str = ""  # a hint added when the answer is NaN or inf
+
+    @property
+    def kind(self):
+        return "whole" if self.whole else "float"
+
+    @property
+    def noun(self):
+        return "one whole number" if self.whole else "one number"
+
+
+@dataclass(frozen=True)
+class Array:
+    what: str
+    kind: str = "float"  # "float", "whole" or "mask"
+    meaning: str = ""  # for a mask: what True means, such as "True = may attend"
+    if_not_finite: str = ""
+
+    @property
+    def noun(self):
+        if self.kind == "mask":
+            return f"a boolean mask ({self.meaning})"
+        return "an array of whole numbers" if self.kind == "whole" else "an array of numbers"
+
+
+@dataclass(frozen=True)
+class Shape:
+    what: str
+    noun = "a tuple of whole numbers, such as (2, 3)"
+
+
+class _Sizes(Array):
+    """The sizes in a shape: whole numbers, described as a shape in sentences."""
+
+    noun = Shape.noun
+
+
+@dataclass(frozen=True)
+class Function:
+    what: str
+    calls: Callable  # () -> [(label, arguments)], a label such as "with 'apple'"
+    returns: Number | Array
+    noun = "a function"
+
+
+@dataclass(frozen=True)
+class Called:
+    """A function answer: the function itself and its cleaned output for each of the exercise's calls."""
+
+    function: Callable
+    outputs: list
+
+
+def normalise(answer, expects):
+    """The clean form of ``answer`` for the kind ``expects``, or ``AnswerError`` saying what is wrong."""
+    if answer is None or answer is Ellipsis:
+        replacement = {Function: "your function", Shape: "a tuple"}.get(type(expects), "your code")
+        raise AnswerError(f"nothing yet for {expects.what}: replace the ... with {replacement}.")
+    if isinstance(expects, Function):
+        return _called(answer, expects)
+    if callable(answer):
+        raise AnswerError(f"{expects.what} is a function, but it should be {expects.noun}: call it and give its result.")
+    array = _as_array(answer, expects)
+    if isinstance(expects, Shape):
+        return _shape(array, expects)
+    return _numbers(array, expects)
+
+
+# Any answer as a NumPy array --------------------------------------------------------------
+
+
+def _as_array(answer, expects, depth=0):
+    """``answer`` as a NumPy array of any dtype; what cannot be one is named."""
+    what, nested = expects.what, depth > 0
+    if depth > 32:  # NumPy allows 64 dimensions; no answer in the course needs more than a few
+        raise AnswerError(f"{what} is lists inside lists {depth} levels deep; no answer here is nested like that.")
+    answer = _from_torch(answer, what)
+    if isinstance(answer, np.ndarray):
+        return answer
+    if answer is None:  # inside a list: the whole answer being None is "nothing yet"
+        raise AnswerError(f"{what} has None in it where a number should be.")
+    if answer is Ellipsis:
+        value = "True or False" if getattr(expects, "kind", "") == "mask" else "a number"
+        raise AnswerError(f"{what} still has a ... in it: replace each ... with {value}.")
+    if isinstance(answer, str | bytes):
+        raise AnswerError(_text_problem(answer, expects, nested))
+    if isinstance(answer, list | tuple):
+        return _stack([_as_array(item, expects, depth + 1) for item in answer], what)
+    if isinstance(answer, numbers.Number | np.generic):
+        return _scalar(answer)
+    where = "has" if nested else "is"
+    not_numbers = f"{what} {where} {_a(_kind_of(answer))}{' in it' if nested else ''}, but it should be {expects.noun}."
+    if callable(answer) or isinstance(answer, dict):
+        raise AnswerError(not_numbers)
+    try:
+        array = np.asarray(answer)  # objects that know how to become arrays
+    except Exception:  # noqa: BLE001 - an object's own conversion code can raise anything
+        array = None
+    if array is None or array.dtype == object:
+        raise AnswerError(not_numbers)
+    return array
+
+
+def _from_torch(answer, what):
+    """A PyTorch tensor as a NumPy array; torch is only looked at if the learner has imported it."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(answer, torch.Tensor):
+        return answer
+    tensor = answer.detach()  # the check only reads the numbers, so requires_grad does not matter
+    try:
+        if tensor.layout != torch.strided:
+            tensor = tensor.to_dense()
+        if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
+            tensor = tensor.double()  # bfloat16 and smaller floats have no NumPy dtype
+        return tensor.cpu().resolve_conj().resolve_neg().numpy()
+    except (RuntimeError, NotImplementedError, TypeError) as error:
+        raise AnswerError(f"{what} is a tensor whose numbers cannot be read ({brief(error)}).") from None
+
+
+def _text_problem(text, expects, nested):
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    quoted = show(text)
+    if number is not None and not nested:
+        return f"{expects.what} is the text {quoted}, not the number {show(number)}: give the number itself, not text."
+    if nested:
+        return f"{expects.what} has the text {quoted} in it, but it should be {expects.noun}: give numbers, not text."
+    return f"{expects.what} is the text {quoted}, but it should be {expects.noun}."
+
+
+def _scalar(number):
+    array = np.asarray(number)
+    if array.dtype == object:  # a Python int too large for int64, a Fraction, a Decimal
+        with contextlib.suppress(OverflowError, TypeError, ValueError):
+            array = np.asarray(complex(number) if isinstance(number, complex) else float(number))
+    return array
+
+
+def _stack(items, what):
+    """One array from the items of a list, which must all have the same shape and kind."""
+    if not items:
+        return np.zeros((0,))
+    shapes = list(dict.fromkeys(item.shape for item in items))
+    if len(shapes) > 1:
+        first, second = (("a single number" if shape == () else f"of shape {shape}") for shape in shapes[:2])
+        raise AnswerError(
+            f"{what} is a ragged list: one of its items is {first} and another {second}, "
+            f"so together they do not make an array; give every row the same length."
+        )
+    if len({item.dtype == bool for item in items}) > 1:
+        raise AnswerError(f"{what} mixes True/False values with numbers; give numbers only.")
+    return np.stack(items)
+
+
+# Numbers, masks and shapes ---------------------------------------------------------------
+
+
+def _numbers(array, expects):
+    """A clean array for a Number or an Array: float64, int64 (whole) or the mask's own dtype."""
+    what, kind = expects.what, expects.kind
+    single = array.ndim == 0
+    if array.dtype.kind in "US":
+        raise AnswerError(f"{what} holds text, but it should be {expects.noun}: give numbers, not text.")
+    if array.dtype == object:
+        raise AnswerError(
+            f"{what} is an array of Python objects (dtype object), not of numbers: is it ragged, "
+            f"or does it hold None or text? It should be {expects.noun}."
+        )
+    if not np.issubdtype(array.dtype, np.number) and array.dtype != bool:
+        raise AnswerError(f"{what} holds {array.dtype} values, but it should be {expects.noun}.")
+    if array.dtype.kind == "c":
+        example = show(array.flat[0])
+        start = f"is the complex number {example}" if single else f"holds complex numbers, such as {example}"
+        raise AnswerError(f"{what} {start}; the answer is real, with no imaginary part.")
+    if array.size == 0:
+        raise AnswerError(f"{what} is empty (shape {array.shape}), but it should be {expects.noun}.")
+    if kind == "mask":
+        return _mask(array, expects)
+    if array.dtype == bool:
+        if single:
+            raise AnswerError(f"{what} is {bool(array)}, a yes/no value, but it should be {expects.noun}.")
+        convert = ".astype(int)" if kind == "whole" else ".astype(float)"
+        raise AnswerError(f"{what} holds True/False values, but it should be {expects.noun} (convert with {convert}).")
+    values = array.astype(np.float64)
+    _check_finite(values, expects, single)
+    if kind == "whole":
+        return _whole(values, expects, single)
+    return values
+
+
+def _check_finite(values, expects, single):
+    hint = f": {expects.if_not_finite}" if expects.if_not_finite else ""
+    if np.isnan(values).any():
+        start = "is NaN" if single else "contains NaN"
+        raise AnswerError(f"{expects.what} {start} (not a number){hint}.")
+    if np.isinf(values).any():
+        start = "is infinite" if single else "contains inf"
+        default = "; it should be a finite number" if single else "; every entry should be a finite number"
+        raise AnswerError(f"{expects.what} {start}{hint or default}.")
+
+
+def _whole(values, expects, single):
+    fractional = values != np.round(values)
+    if fractional.any():
+        example = show(values[fractional][0])
+        start = f"should be a whole number, but it is {example}" if single else f"should hold whole numbers, but it has {example}"
+        raise AnswerError(f"{expects.what} {start}.")
+    if (np.abs(values) >= 2.0**62).any():
+        raise AnswerError(f"{expects.what} is far too large to be the answer.")
+    return values.astype(np.int64)
+
+
+def _mask(array, expects):
+    """A mask keeps its dtype, so that a check can say whether it should have been bool."""
+    what, meaning = expects.what, expects.meaning
+    if array.dtype == bool:
+        return array
+    values = array.astype(np.float64)
+    if np.isnan(values).any():
+        raise AnswerError(f"{what} contains NaN, but a mask holds only True and False ({meaning}).")
+    zero_or_one = np.isin(values, (0.0, 1.0))
+    if zero_or_one.all():
+        return array
+    if np.isin(values, (0.0, -np.inf)).all():
+        raise AnswerError(
+            f"{what} holds 0 and -inf: that is an additive float mask, which is added to the scores; this exercise "
+            f"asks for a boolean mask ({meaning}): build it with dtype=bool."
+        )
+    raise AnswerError(f"{what} holds {show(values[~zero_or_one][0])}, but a mask holds only True and False ({meaning}).")
+
+
+def _shape(array, expects):
+    what = expects.what
+    if array.ndim == 0:
+        raise AnswerError(f"{what} is a single number, but it should be {expects.noun}.")
+    if array.ndim > 1:
+        raise AnswerError(f"{what} is nested, but a shape is a flat tuple of whole numbers, such as (2, 3).")
+    if array.size == 0:
+        return ()
+    if array.dtype == bool:
+        raise AnswerError(f"{what} holds True/False values, but it should be {expects.noun}.")
+    sizes = _numbers(array, _Sizes(what, kind="whole"))
+    if (sizes < 0).any():
+        raise AnswerError(f"{what} has the size {sizes[sizes < 0][0]}, but sizes are 0 or more.")
+    return tuple(int(size) for size in sizes)
+
+
+# Functions ---------------------------------------------------------------------------------
+
+
+def attempt(function, *arguments):
+    """Call a learner's function: ``(output, None)``, or ``(None, the exception it raised)``.
+
+    Whatever it prints is kept out of the check's one-line verdict.
+    """
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return function(*arguments), None
+        except Exception as error:  # noqa: BLE001 - whatever a learner's function raises is reported, not re-raised
+            return None, error
+
+
+def call(function, label, arguments, returns):
+    """Call ``function(*arguments)`` and clean its output as ``returns``; AnswerError says what went wrong.
+
+    ``label`` says how it was called, for the sentence: "with 'apple'".
+    """
+    output, error = attempt(function, *arguments)
+    if error is not None:
+        raise AnswerError(f"called {label}, your function raised {type(error).__name__}{_colon(error)}.")
+    if output is None:
+        raise AnswerError(f"called {label}, your function returned None: does it end with a return statement?")
+    return normalise(output, replace(returns, what=f"what your function returned when called {label}"))
+
+
+def _called(function, expects):
+    if not callable(function):
+        raise AnswerError(f"pass {expects.what} itself (its name, no brackets), not {_a(_kind_of(function))}.")
+    outputs = [call(function, label, arguments, expects.returns) for label, arguments in expects.calls()]
+    return Called(function, outputs)
+
+
+# Comparing clean answers -----------------------------------------------------------------
+
+
+def matches(answer, candidate, atol=1e-6):
+    """True when a clean answer equals ``candidate`` (a known mistake, or the right answer) in shape and value."""
+    candidate = np.asarray(candidate)
+    if answer.shape != candidate.shape:
+        return False
+    if answer.dtype == bool or candidate.dtype == bool:
+        return bool(np.array_equal(answer, candidate))
+    with np.errstate(all="ignore"):
+        return bool(np.allclose(answer, candidate, rtol=1e-5, atol=atol))
+
+
+def compare(answer, expected, what, atol=1e-6):
+    """None when a clean answer equals the clean ``expected``, else a sentence saying how it differs.
+
+    Floats may differ by ``atol`` plus 1e-5 of the expected value; whole numbers and masks must be equal.
+    """
+    if answer.shape != expected.shape:
+        return _shape_problem(answer.shape, expected.shape, what)
+    exact = expected.dtype == bool or np.issubdtype(expected.dtype, np.integer)
+    with np.errstate(all="ignore"):
+        wrong = answer != expected if exact else ~np.isclose(answer, expected, rtol=1e-5, atol=atol)
+    if not wrong.any():
+        return None
+    if answer.size == 1:
+        got, right = _pair(answer.flat[0], expected.flat[0])
+        return f"{what} is {got}, expected {right}." if answer.ndim == 0 else f"{what} holds {got}, expected {right}."
+    positions = np.argwhere(wrong)
+    first = tuple(int(i) for i in positions[0])
+    index = first[0] if answer.ndim == 1 else first
+    got, right = _pair(answer[first], expected[first])
+    if len(positions) == 1:
+        return f"{what} differs in one of its {answer.size} entries: at index {index} it is {got}, expected {right}."
+    how_many = f"all {answer.size}" if len(positions) == answer.size else f"{len(positions)} of its {answer.size}"
+    return f"{what} differs in {how_many} entries; the first, at index {index}, is {got}, expected {right}."
+
+
+def _shape_problem(got, expected, what):
+    if expected == () and np.prod(got) == 1:
+        return f"{what} is an array holding one number (shape {got}); give the number itself (for example with .item())."
+    if expected == ():
+        return f"{what} should be one number, but it is an array of shape {got}."
+    if got == ():
+        return f"{what} should be an array of shape {expected}, but it is a single value."
+    return f"{what} has shape {got}, but it should have shape {expected}."
+
+
+# Words -----------------------------------------------------------------------------------
+
+
+def show(value, limit=60):
+    """A short text for any value, for a sentence."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, complex):
+        text = f"({_number_text(value.real, 6)}{value.imag:+.6g}j)"
+    else:
+        text = _number_text(value, 6) if isinstance(value, float) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def brief(error):
+    """The first line of an exception's message, shortened."""
+    lines = str(error).strip().splitlines()
+    return show_text(lines[0]) if lines else ""
+
+
+def show_text(text, limit=120):
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _colon(error):
+    message = brief(error)
+    return f": {message}" if message else ""
+
+
+def _number_text(value, digits):
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e16:
+        return f"{int(value):,}" if abs(value) >= 10_000 else str(int(value))
+    return f"{value:.{digits}g}"
+
+
+def _pair(got, expected):
+    """Both numbers as text, with just enough digits to tell them apart."""
+    for digits in range(4, 18):
+        shown = _number_text(got, digits), _number_text(expected, digits)
+        if shown[0] != shown[1]:
+            break
+    return shown
+
+
+def _kind_of(value):
+    names = {
+        str: "text", bytes: "text", bool: "True/False value", np.bool_: "True/False value", dict: "dictionary",
+        set: "set", frozenset: "set", complex: "complex number", np.ndarray: "NumPy array", list: "list", tuple: "tuple",
+    }
+    for kind, name in names.items():
+        if isinstance(value, kind):
+            return name
+    if callable(value):
+        return "function"
+    if type(value).__name__ in ("Tensor", "Parameter"):
+        return "tensor"
+    if isinstance(value, numbers.Number | np.generic):
+        return "number"
+    return type(value).__name__
+
+
+def _a(noun):
+    if noun == "text":
+        return "text"
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"

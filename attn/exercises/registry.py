@@ -1,0 +1,76 @@
+"""The register of exercises, and the self-check learners call: ``check("1.2", answer)``."""
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from attn.exercises.answers import AnswerError, normalise, show
+
+EXERCISES = {}  # exercise id, such as "1.2" -> Exercise
+
+
+@dataclass(frozen=True)
+class Exercise:
+    exercise_id: str
+    expects: object  # answers.Number, Array, Shape or Function
+    solution: Callable  # () -> a right answer, as a learner would give it
+    success: str  # what "Correct:" goes on to say
+    judge: Callable  # (clean answer, clean solution) -> a sentence saying what is wrong, or None
+
+
+def exercise(exercise_id, expects, solution, success):
+    """Register the decorated ``judge(answer, expected)`` as the self-check of ``exercise_id``.
+
+    expects: the kind of answer (see ``attn.exercises.answers``); solution: a function that
+    returns a right answer, computed from the course's own data and functions; success: the
+    sentence after "Correct:". The judge receives the answer and the solution, both cleaned
+    by ``normalise``, and returns what is wrong (naming a common mistake where it can) or None.
+    """
+    if not re.fullmatch(r"\d+\.\d+", exercise_id) or exercise_id in EXERCISES:
+        raise ValueError(f"exercise id {exercise_id!r} is not of the form 'L.N' or is registered twice")
+
+    def register(judge):
+        EXERCISES[exercise_id] = Exercise(exercise_id, expects, solution, success, judge)
+        return judge
+
+    return register
+
+
+def exercise_ids():
+    """The registered ids in lesson order: 1.1, 1.2, ..., 10.1."""
+    return sorted(EXERCISES, key=lambda exercise_id: tuple(int(part) for part in exercise_id.split(".")))
+
+
+def _unknown_id(exercise_id):
+    """The sentence for an id that names no exercise."""
+    known = ", ".join(exercise_ids())
+    if isinstance(exercise_id, float | int) and not isinstance(exercise_id, bool) and str(exercise_id) in EXERCISES:
+        return f'the exercise id is text: write check("{exercise_id}", your_answer), with quotes, not check({exercise_id}, ...).'
+    if not isinstance(exercise_id, str):
+        return (
+            f'the first argument of check is the exercise id, as text such as "1.1", not {show(exercise_id)}; '
+            f"the exercises are {known}."
+        )
+    return f"there is no exercise {exercise_id!r}; the exercises are {known}."
+
+
+def verdict(exercise_id, answer=...):
+    """The one-line verdict of exercise ``exercise_id``'s self-check: "Correct: ..." or "Not yet: ..."."""
+    found = EXERCISES.get(exercise_id.strip() if isinstance(exercise_id, str) else None)
+    if found is None:
+        return _line("Not yet", _unknown_id(exercise_id))
+    expected = normalise(found.solution(), found.expects)  # the course's own answer: any error here is a bug
+    try:
+        problem = found.judge(normalise(answer, found.expects), expected)
+    except AnswerError as error:
+        problem = str(error)
+    return _line("Correct", found.success) if problem is None else _line("Not yet", problem)
+
+
+def check(exercise_id, answer=...):
+    """Print the verdict of exercise ``exercise_id`` (for example "1.2") on ``answer``: one line, never an error."""
+    print(verdict(exercise_id, answer))
+
+
+def _line(start, sentence):
+    return f"{start}: " + " ".join(sentence.split())  # always one line, whatever a message quoted

@@ -7,7 +7,7 @@ only the exercise's own logic and its hints for common mistakes. To add a lesson
 exercises, write ``lessonNN.py`` and add it to the import below.
 """
 
-from attn.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07  # noqa: F401 - they register
+from attn.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09  # noqa: F401
 from attn.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict
 
 __all__ = ["EXERCISES", "check", "exercise", "exercise_ids", "verdict"]

@@ -12,36 +12,52 @@ ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
 class TransformerBlock(nn.Module):
     """Pre-norm Transformer block, batch first.
 
-    x = x + dropout(attention(norm1(x))), then x = x + dropout(mlp(norm2(x))), where the MLP is
-    Linear(E, mlp_ratio * E) -> activation ('gelu' or 'relu') -> dropout -> Linear(mlp_ratio * E, E).
-    The attention is attn.MultiHeadAttention(E, num_heads, dropout=dropout, num_kv_heads=num_kv_heads).
-    forward(x (B, T, E), mask=None, key_padding_mask=None, is_causal=False, cache=None) -> (B, T, E);
-    the masks and the cache mean what they mean for MultiHeadAttention (one KVCache per block).
+    x = x + dropout(attention(norm1(x))), then
+    x = x + dropout(mlp(norm2(x))), where the MLP is Linear(E, mlp_ratio * E)
+    -> activation ('gelu' or 'relu') -> dropout -> Linear(mlp_ratio * E, E).
+    The attention is attn.MultiHeadAttention(E, num_heads, dropout=dropout,
+    num_kv_heads=num_kv_heads).
+    forward(x (B, T, E), mask=None, key_padding_mask=None, is_causal=False,
+    cache=None) -> (B, T, E); the masks and the cache mean what they mean for
+    MultiHeadAttention (one KVCache per block).
     """
 
-    def __init__(self, embed_dim, num_heads, mlp_ratio=4, dropout=0.0, num_kv_heads=None, activation="gelu"):
+    def __init__(
+        self, embed_dim, num_heads, mlp_ratio=4, dropout=0.0,
+        num_kv_heads=None, activation="gelu",
+    ):
         super().__init__()
-        self.attention = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, num_kv_heads=num_kv_heads)
-        hidden = check_block_arguments(embed_dim, mlp_ratio, activation)  # mlp_ratio * E
+        self.attention = MultiHeadAttention(
+            embed_dim, num_heads, dropout=dropout, num_kv_heads=num_kv_heads
+        )
+        # the MLP's hidden width, mlp_ratio * E:
+        hidden = check_block_arguments(embed_dim, mlp_ratio, activation)
         self.norm1 = nn.LayerNorm(embed_dim)
         self.norm2 = nn.LayerNorm(embed_dim)
         self.mlp = nn.Sequential(
-            nn.Linear(embed_dim, hidden),  # mlp[0]: (B, T, E) -> (B, T, mlp_ratio * E)
+            nn.Linear(embed_dim, hidden),  # mlp[0]: E -> mlp_ratio * E
             ACTIVATIONS[activation](),
             nn.Dropout(dropout),
-            nn.Linear(hidden, embed_dim),  # mlp[3]: back to (B, T, E)
+            nn.Linear(hidden, embed_dim),  # mlp[3]: back to E
         )
         self.residual_dropout = nn.Dropout(dropout)
 
-    def forward(self, x, mask=None, key_padding_mask=None, is_causal=False, cache=None):
+    def forward(
+        self, x, mask=None, key_padding_mask=None, is_causal=False, cache=None
+    ):
         check_block_input(self, x)
         normed = self.norm1(x)  # (B, T, E)
-        attended = self.attention(normed, normed, normed, mask, key_padding_mask, is_causal, cache=cache)  # (B, T, E)
+        attended = self.attention(  # (B, T, E)
+            normed, normed, normed, mask, key_padding_mask, is_causal,
+            cache=cache,
+        )
         x = x + self.residual_dropout(attended)
         return x + self.residual_dropout(self.mlp(self.norm2(x)))
 
     @classmethod
     def from_torch(cls, layer):
-        """A block with the weights, eps, activation, dropout and training mode of an
-        ``nn.TransformerEncoderLayer(norm_first=True, batch_first=True)``."""
-        return convert.copy_block(layer, cls(**convert.block_arguments(layer)))
+        """A block with the weights, eps, activation, dropout and training
+        mode of an nn.TransformerEncoderLayer(norm_first=True,
+        batch_first=True)."""
+        arguments = convert.block_arguments(layer)
+        return convert.copy_block(layer, cls(**arguments))

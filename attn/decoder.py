@@ -49,10 +49,12 @@ class Decoder(nn.Module):
         self.readout = nn.Linear(embed_dim, self.vocab_size)
 
     def forward(self, tokens, caches=None):
-        start = check_decoder_call(self, tokens, caches)  # positions already cached
-        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
-        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, E)
-        for block, cache in zip(self.blocks, caches or [None] * len(self.blocks), strict=True):
+        start = check_decoder_call(self, tokens, caches)  # positions cached
+        positions = torch.arange(start, start + tokens.shape[1])  # (T,)
+        x = self.token_embedding(tokens)  # (B, T, E)
+        x = x + self.position_embedding(positions.to(tokens.device))
+        caches = caches or [None] * len(self.blocks)
+        for block, cache in zip(self.blocks, caches, strict=True):
             x = block(x, is_causal=True, cache=cache)  # (B, T, E)
         return self.readout(self.norm(x))  # (B, T, vocab_size)
 

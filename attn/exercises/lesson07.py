@@ -100,7 +100,7 @@ def _recall_parameters_with_more_heads(count, expected):
             f"each head reading its own slice of d = E / H = {head_dim} of their E outputs."
         )
     if matches(count, MANY_HEADS * one_head):
-        return f"that multiplies the whole model by {MANY_HEADS}; the embeddings and the readout do not depend on the heads at all."
+        return f"that multiplies the whole model by {MANY_HEADS}; the embeddings and the readout do not depend on the heads."
     if matches(count, one_head - attention + 4 * (EMBED_DIM * head_dim + head_dim)):
         return (
             f"that counts one head's slice of each projection (E x d = {EMBED_DIM} x {head_dim}); "

@@ -88,6 +88,42 @@ def _linear_by_hand(answer, expected):
     return _first_problem(answer, expected, "what your function returned")
 
 
+def _loss_mistakes():
+    """(wrong loss function, hint) for the common mistakes of exercise P.2; torch is imported only when it runs."""
+    import torch
+
+    def right_class(log_probabilities, targets):  # (N, C), (N,) -> (N,): each example's entry for its right class
+        return log_probabilities[torch.arange(len(targets)), targets]
+
+    return [
+        (
+            lambda logits, targets: right_class(logits.log_softmax(-1), targets).mean(),
+            "the loss is minus the log probability: put a minus sign in front.",
+        ),
+        (
+            lambda logits, targets: -right_class(logits.log_softmax(-1), targets).sum(),
+            "that is the sum over the examples; F.cross_entropy returns their mean.",
+        ),
+        (
+            lambda logits, targets: -right_class(logits.log_softmax(0), targets).mean(),
+            "the softmax ran over the examples (dim=0); each example needs its own distribution over the classes: dim=-1.",
+        ),
+        (
+            lambda logits, targets: -right_class(logits.softmax(-1), targets).mean(),
+            "that uses the probability itself; the loss is minus its log: -log softmax(logits)[right class].",
+        ),
+        (
+            lambda logits, targets: -logits.log_softmax(-1).mean(),
+            "that averages over every class; take only each example's right class, "
+            "log_probabilities[torch.arange(N), targets].",
+        ),
+        (
+            lambda logits, targets: -right_class(logits, targets).mean(),
+            "the logits are not log probabilities yet: take log_softmax over the classes first.",
+        ),
+    ]
+
+
 @exercise(
     "P.2",
     Function("your loss function", calls=_loss_calls, returns=Number("the loss")),
@@ -95,28 +131,10 @@ def _linear_by_hand(answer, expected):
     success="the mean over the examples of -log softmax(logits)[right class] is exactly what F.cross_entropy computes.",
 )
 def _cross_entropy_by_hand(answer, expected):
-    import torch
-
-    def picked(log_probabilities, targets):  # (N, C), (N,) -> (N,): each example's right class
-        return log_probabilities[torch.arange(len(targets)), targets]
-
-    mistakes = (
-        (lambda logits, targets: picked(logits.log_softmax(-1), targets).mean(), "the loss is minus the log probability: "
-         "put a minus sign in front."),
-        (lambda logits, targets: -picked(logits.log_softmax(-1), targets).sum(), "that is the sum over the examples; "
-         "F.cross_entropy returns their mean."),
-        (lambda logits, targets: -picked(logits.log_softmax(0), targets).mean(), "the softmax ran over the examples "
-         "(dim=0); each example needs its own distribution over the classes: dim=-1."),
-        (lambda logits, targets: -picked(logits.softmax(-1), targets).mean(), "that uses the probability itself; "
-         "the loss is minus its log: -log softmax(logits)[right class]."),
-        (lambda logits, targets: -logits.log_softmax(-1).mean(), "that averages over every class; take only each "
-         "example's right class, log_probabilities[torch.arange(N), targets]."),
-        (lambda logits, targets: -picked(logits, targets).mean(), "the logits are not log probabilities yet: take "
-         "log_softmax over the classes first."),
-    )
-    if all(output.shape == (arguments[1].shape[0],) for output, (_, arguments) in zip(answer.outputs, _loss_calls(), strict=True)):
+    per_example = [(len(targets),) for _, (_, targets) in _loss_calls()]
+    if [output.shape for output in answer.outputs] == per_example:
         return "that is one loss per example; F.cross_entropy returns their mean: finish with .mean()."
-    for mistake, hint in mistakes:
+    for mistake, hint in _loss_mistakes():
         if _all_match(answer, mistake, _loss_calls):
             return hint
     return _first_problem(answer, expected, "the loss your function returned")

@@ -48,7 +48,9 @@ PRICES = dict(fruit.PRICES)
 
 
 def test_every_lesson_registers_its_exercises_in_order():
-    assert exercise_ids() == [f"{lesson}.{number}" for lesson in range(1, 8) for number in range(1, 4)]
+    lessons = [f"{lesson}.{number}" for lesson in range(1, 8) for number in range(1, 4)]
+    primer = ["P.1", "P.2"]  # the PyTorch primer, read between lessons 5 and 6
+    assert exercise_ids() == lessons[:15] + primer + lessons[15:]
     assert set(EXERCISES) == set(exercise_ids())
 
 
@@ -209,12 +211,58 @@ def test_lesson_7_checks(capsys):
     assert "lookups are wrong" in printed(capsys, "7.2", lambda keys, values, query: values[:, 0])
     assert "shape" in printed(capsys, "7.2", lambda keys, values, query: values)
     assert "keys it looked up" in printed(capsys, "7.2", lambda keys, values, query: query)
-    assert printed(capsys, "7.3", 5776).startswith("Correct")
+    assert printed(capsys, "7.3", 5776).startswith("Correct")  # 8 heads: the same count as 1
+    assert "share the four projections" in printed(capsys, "7.3", 5776 + 7 * 4224)
+    assert "multiplies the whole model by 8" in printed(capsys, "7.3", 8 * 5776)
+    assert "one head's slice" in printed(capsys, "7.3", 5776 - 4224 + 4 * (32 * 4 + 4))
+    assert "attention layer alone" in printed(capsys, "7.3", 4224)
     assert "readout" in printed(capsys, "7.3", 5776 - 528)
 
 
+def test_lesson_7_count_does_not_depend_on_the_heads():
+    from attn.recall import RecallModel
+
+    counts = {sum(p.numel() for p in RecallModel(num_heads=heads).parameters()) for heads in (1, 2, 4, 8, 16, 32)}
+    assert counts == {EXERCISES["7.3"].solution()} == {5776}
+
+
+def test_primer_checks(capsys):
+    from torch.nn import functional
+
+    assert printed(capsys, "P.1", lambda x, weight, bias: x @ weight.T + bias).startswith("Correct")
+    in_float64 = printed(capsys, "P.1", lambda x, weight, bias: functional.linear(x.double(), weight.double(), bias.double()))
+    assert in_float64.startswith("Correct")
+    assert printed(capsys, "P.1", lambda x, weight, bias: (x @ weight.T + bias).tolist()).startswith("Correct")
+    assert "x @ weight.T" in printed(capsys, "P.1", lambda x, weight, bias: x @ weight + bias)
+    assert "bias is missing" in printed(capsys, "P.1", lambda x, weight, bias: x @ weight.T)
+    assert "(N, out)" in printed(capsys, "P.1", lambda x, weight, bias: (x @ weight.T + bias).T)
+    assert "differs" in printed(capsys, "P.1", lambda x, weight, bias: x @ weight.T + 2 * bias)
+    assert "raised RuntimeError" in printed(capsys, "P.1", lambda x, weight, bias: weight @ x)
+
+    def by_hand(logits, targets):
+        return -logits.log_softmax(dim=-1)[torch.arange(len(targets)), targets].mean()
+
+    assert printed(capsys, "P.2", by_hand).startswith("Correct")
+    assert printed(capsys, "P.2", lambda logits, targets: by_hand(logits, targets).item()).startswith("Correct")
+    assert printed(
+        capsys, "P.2", lambda logits, targets: -torch.log(torch.softmax(logits, dim=1)[range(len(targets)), targets]).mean()
+    ).startswith("Correct")
+    assert "minus sign" in printed(capsys, "P.2", lambda logits, targets: -by_hand(logits, targets))
+    assert "sum over the examples" in printed(capsys, "P.2", lambda logits, targets: by_hand(logits, targets) * len(targets))
+    assert "dim=-1" in printed(capsys, "P.2", lambda logits, targets: -logits.log_softmax(0)[range(len(targets)), targets].mean())
+    assert "probability itself" in printed(
+        capsys, "P.2", lambda logits, targets: -logits.softmax(-1)[range(len(targets)), targets].mean()
+    )
+    assert "every class" in printed(capsys, "P.2", lambda logits, targets: -logits.log_softmax(-1).mean())
+    assert "log_softmax over the classes first" in printed(
+        capsys, "P.2", lambda logits, targets: -logits[range(len(targets)), targets].mean()
+    )
+    assert ".mean()" in printed(capsys, "P.2", lambda logits, targets: -logits.log_softmax(-1)[range(len(targets)), targets])
+    assert "expected" in printed(capsys, "P.2", lambda logits, targets: functional.cross_entropy(logits.softmax(-1), targets))
+
+
 def test_checks_survive_answers_of_the_wrong_kind(capsys):
-    for exercise_id in ("2.2", "4.1", "5.3", "6.2", "6.3", "7.3"):
+    for exercise_id in ("2.2", "4.1", "5.3", "P.1", "P.2", "6.2", "6.3", "7.3"):
         assert printed(capsys, exercise_id, "not a number").startswith("Not yet")
 
 

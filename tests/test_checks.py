@@ -48,7 +48,9 @@ PRICES = dict(fruit.PRICES)
 
 
 def test_every_lesson_registers_its_exercises_in_order():
-    assert exercise_ids() == [f"{lesson}.{number}" for lesson in range(1, 8) for number in range(1, 4)]
+    lessons = [f"{lesson}.{number}" for lesson in range(1, 8) for number in range(1, 4)]
+    primer = ["P.1", "P.2"]  # the PyTorch primer, read between lessons 5 and 6
+    assert exercise_ids() == lessons[:15] + primer + lessons[15:]
     assert set(EXERCISES) == set(exercise_ids())
 
 
@@ -91,10 +93,15 @@ def test_one_hot_check(capsys):
     assert "shape" in printed(capsys, "1.1", np.array([0.0, 1.0]))
 
 
-def test_blend_check(capsys):
-    assert printed(capsys, "1.2", 7.5).startswith("Correct")
-    assert "add them up" in printed(capsys, "1.2", np.array([4.5, 3.0, 0.0]))
-    assert printed(capsys, "1.2", 7.0).startswith("Not yet")
+def test_weights_for_a_price_check(capsys):
+    assert printed(capsys, "1.2", [1 / 3, 0.0, 2 / 3]).startswith("Correct")
+    assert "the price; give the weights" in printed(capsys, "1.2", 5.0)
+    assert "are they rounded?" in printed(capsys, "1.2", [0.33, 0.0, 0.67])
+    assert "wrong way round" in printed(capsys, "1.2", [2 / 3, 0.0, 1 / 3])
+    assert "sum to 0.5556, not 1" in printed(capsys, "1.2", [5 / 9, 0.0, 0.0])
+    assert "something on banana" in printed(capsys, "1.2", [0.0, 1 / 3, 2 / 3])
+    assert "negative" in printed(capsys, "1.2", [-1.0, 0.0, 2.0])
+    assert "price 6, not 5" in printed(capsys, "1.2", [0.5, 0.0, 0.5])
 
 
 def test_lookup_function_check(capsys):
@@ -114,14 +121,18 @@ def test_lesson_2_to_4_checks_accept_the_right_answer_and_name_common_mistakes(c
     scores = fruit.KEYS @ DURABLE_QUERY
     assert printed(capsys, "2.1", scores).startswith("Correct")
     assert "scaled by 1/sqrt(3)" in printed(capsys, "2.1", scores / np.sqrt(3))
-    assert "plain dot product" in printed(capsys, "2.2", fruit.KEYS[1] @ fruit.QUERY)
+    banana = fruit.KEYS[1]
+    cosine = banana @ DURABLE_QUERY / (np.linalg.norm(banana) * np.linalg.norm(DURABLE_QUERY))
+    assert printed(capsys, "2.2", cosine).startswith("Correct")
+    assert "plain dot product" in printed(capsys, "2.2", banana @ DURABLE_QUERY)
+    fruit_cosine = banana @ fruit.QUERY / (np.linalg.norm(banana) * np.linalg.norm(fruit.QUERY))
+    assert "the fruit query's cosine with banana" in printed(capsys, "2.2", fruit_cosine)
     assert "one-hot weight vector" in printed(capsys, "2.3", np.array([0.0, 0.0, 1.0]))
     assert printed(capsys, "2.3", fruit.VALUES[2]).startswith("Correct")
     assert "unscaled" in printed(capsys, "3.1", scores)
     assert "square root" in printed(capsys, "3.1", scores / 3)
     assert "(3, 2)" in printed(capsys, "3.2", np.zeros((3, 2)))
-    assert printed(capsys, "3.3", 16).startswith("Correct")
-    assert "variances" in printed(capsys, "3.3", 256)
+    assert printed(capsys, "3.2", np.stack([fruit.QUERY, DURABLE_QUERY]) @ fruit.KEYS.T / np.sqrt(3)).startswith("Correct")
     assert "overflows" in printed(capsys, "4.1", np.array([np.nan, np.nan, np.nan]))
     assert printed(capsys, "4.1", softmax(np.array([0.0, 1.0, 2.0]))).startswith("Correct")
     assert "divide them by their sum" in printed(capsys, "4.1", np.exp([-2.0, -1.0, 0.0]))
@@ -129,6 +140,31 @@ def test_lesson_2_to_4_checks_accept_the_right_answer_and_name_common_mistakes(c
     fruit_scores = fruit.KEYS @ fruit.QUERY / np.sqrt(3)
     assert "divide the scores" in printed(capsys, "4.3", softmax(fruit_scores * 0.5))
     assert printed(capsys, "4.3", softmax(fruit_scores / 0.5)).startswith("Correct")
+
+
+def test_predicted_variance_check_names_the_common_mistakes(capsys):
+    assert printed(capsys, "3.3", 4).startswith("Correct")
+    assert printed(capsys, "3.3", 128 / 32).startswith("Correct")
+    assert "standard deviation of the scaled score, not its variance" in printed(capsys, "3.3", 2.0)
+    assert "unit-variance entries" in printed(capsys, "3.3", 1.0)
+    assert "variance of the unscaled q . k; dividing" in printed(capsys, "3.3", 128.0)
+    assert "standard deviation of the unscaled" in printed(capsys, "3.3", np.sqrt(128))
+    assert "divided the variance by sqrt(d_k)" in printed(capsys, "3.3", 128 / np.sqrt(32))
+    assert "where its variance belongs, and left the score unscaled" in printed(capsys, "3.3", 64.0)
+    assert "as a measurement would be" in printed(capsys, "3.3", 3.93)
+    assert "cannot be negative" in printed(capsys, "3.3", -4.0)
+    assert "is 5, expected 4" in printed(capsys, "3.3", 5.0)
+
+
+def test_the_predicted_variance_is_what_random_vectors_give():
+    from attn.exercises.lesson03 import TRIAL_D_K, TRIAL_KEY_STD, TRIAL_QUERY_STD, scaled_score_variance
+
+    rng = np.random.default_rng(0)
+    queries = TRIAL_QUERY_STD * rng.standard_normal((200_000, TRIAL_D_K))
+    keys = TRIAL_KEY_STD * rng.standard_normal((200_000, TRIAL_D_K))
+    scaled_scores = np.einsum("nd,nd->n", queries, keys) / np.sqrt(TRIAL_D_K)
+    predicted = scaled_score_variance(TRIAL_D_K, TRIAL_QUERY_STD, TRIAL_KEY_STD)
+    assert scaled_scores.var() == pytest.approx(predicted, rel=0.02)
 
 
 def test_lesson_5_checks(capsys):
@@ -175,12 +211,58 @@ def test_lesson_7_checks(capsys):
     assert "lookups are wrong" in printed(capsys, "7.2", lambda keys, values, query: values[:, 0])
     assert "shape" in printed(capsys, "7.2", lambda keys, values, query: values)
     assert "keys it looked up" in printed(capsys, "7.2", lambda keys, values, query: query)
-    assert printed(capsys, "7.3", 5776).startswith("Correct")
+    assert printed(capsys, "7.3", 5776).startswith("Correct")  # 8 heads: the same count as 1
+    assert "share the four projections" in printed(capsys, "7.3", 5776 + 7 * 4224)
+    assert "multiplies the whole model by 8" in printed(capsys, "7.3", 8 * 5776)
+    assert "one head's slice" in printed(capsys, "7.3", 5776 - 4224 + 4 * (32 * 4 + 4))
+    assert "attention layer alone" in printed(capsys, "7.3", 4224)
     assert "readout" in printed(capsys, "7.3", 5776 - 528)
 
 
+def test_lesson_7_count_does_not_depend_on_the_heads():
+    from attn.recall import RecallModel
+
+    counts = {sum(p.numel() for p in RecallModel(num_heads=heads).parameters()) for heads in (1, 2, 4, 8, 16, 32)}
+    assert counts == {EXERCISES["7.3"].solution()} == {5776}
+
+
+def test_primer_checks(capsys):
+    from torch.nn import functional
+
+    assert printed(capsys, "P.1", lambda x, weight, bias: x @ weight.T + bias).startswith("Correct")
+    in_float64 = printed(capsys, "P.1", lambda x, weight, bias: functional.linear(x.double(), weight.double(), bias.double()))
+    assert in_float64.startswith("Correct")
+    assert printed(capsys, "P.1", lambda x, weight, bias: (x @ weight.T + bias).tolist()).startswith("Correct")
+    assert "x @ weight.T" in printed(capsys, "P.1", lambda x, weight, bias: x @ weight + bias)
+    assert "bias is missing" in printed(capsys, "P.1", lambda x, weight, bias: x @ weight.T)
+    assert "(N, out)" in printed(capsys, "P.1", lambda x, weight, bias: (x @ weight.T + bias).T)
+    assert "differs" in printed(capsys, "P.1", lambda x, weight, bias: x @ weight.T + 2 * bias)
+    assert "raised RuntimeError" in printed(capsys, "P.1", lambda x, weight, bias: weight @ x)
+
+    def by_hand(logits, targets):
+        return -logits.log_softmax(dim=-1)[torch.arange(len(targets)), targets].mean()
+
+    assert printed(capsys, "P.2", by_hand).startswith("Correct")
+    assert printed(capsys, "P.2", lambda logits, targets: by_hand(logits, targets).item()).startswith("Correct")
+    assert printed(
+        capsys, "P.2", lambda logits, targets: -torch.log(torch.softmax(logits, dim=1)[range(len(targets)), targets]).mean()
+    ).startswith("Correct")
+    assert "minus sign" in printed(capsys, "P.2", lambda logits, targets: -by_hand(logits, targets))
+    assert "sum over the examples" in printed(capsys, "P.2", lambda logits, targets: by_hand(logits, targets) * len(targets))
+    assert "dim=-1" in printed(capsys, "P.2", lambda logits, targets: -logits.log_softmax(0)[range(len(targets)), targets].mean())
+    assert "probability itself" in printed(
+        capsys, "P.2", lambda logits, targets: -logits.softmax(-1)[range(len(targets)), targets].mean()
+    )
+    assert "every class" in printed(capsys, "P.2", lambda logits, targets: -logits.log_softmax(-1).mean())
+    assert "log_softmax over the classes first" in printed(
+        capsys, "P.2", lambda logits, targets: -logits[range(len(targets)), targets].mean()
+    )
+    assert ".mean()" in printed(capsys, "P.2", lambda logits, targets: -logits.log_softmax(-1)[range(len(targets)), targets])
+    assert "expected" in printed(capsys, "P.2", lambda logits, targets: functional.cross_entropy(logits.softmax(-1), targets))
+
+
 def test_checks_survive_answers_of_the_wrong_kind(capsys):
-    for exercise_id in ("2.2", "4.1", "5.3", "6.2", "6.3", "7.3"):
+    for exercise_id in ("2.2", "4.1", "5.3", "P.1", "P.2", "6.2", "6.3", "7.3"):
         assert printed(capsys, exercise_id, "not a number").startswith("Not yet")
 
 
@@ -223,7 +305,7 @@ def test_issue_tensors_that_require_grad_are_read(exercise_id):
 
 
 def test_issue_numeric_text_is_not_a_number():
-    assert "is the text '7.5', not the number 7.5: give the number itself, not text" in not_yet("1.2", "7.5")
+    assert "is the text '7.5', not the number 7.5: give the number itself, not text" in not_yet("3.3", "7.5")
 
 
 def test_issue_shape_with_fractions_is_not_truncated():
@@ -261,7 +343,7 @@ def test_issue_dictionary_lookup_in_the_lesson_notebook():
         next(
             "".join(cell["source"])
             for cell in code_cells(load(ROOT / "lessons" / "01_lookup_table.ipynb"))
-            if "def weighted_lookup" in "".join(cell["source"])
+            if "def weighted_lookup" in "".join(cell["source"]) and "return ..." not in "".join(cell["source"])
         ).replace('check("1.3", weighted_lookup)', ""),
         namespace,
     )
@@ -307,8 +389,8 @@ def test_issue_positions_are_told_apart_from_wrong_weights():
 
 def test_issue_grammar():
     assert "your score vector differs in one of its 3 entries" in not_yet("2.1", fruit.KEYS @ DURABLE_QUERY + [0, 0, 1])
-    assert "your blended price is 7, expected 7.5." in not_yet("1.2", 7.0)
-    assert "holds 7, expected 7.5" in not_yet("1.2", np.array([[7.0]])) or "holding one number" in not_yet("1.2", [[7.0]])
+    assert "your predicted variance is 7, expected 4." in not_yet("3.3", 7.0)
+    assert "holding one number" in not_yet("3.3", np.array([[7.0]]))
     for exercise_id in exercise_ids():
         for answer in ([0.0], [[0.0]], 0.0, (0,), 123):
             line = verdict(exercise_id, answer)

@@ -6,6 +6,9 @@ import pytest
 
 from tests.notebooks import LESSONS, code_cells, load, tags
 
+# How a notebook's title starts -> its objectives' heading and the chapter part of its exercise ids:
+# lessons have "5.1", the PyTorch primer (an interlude between lessons 5 and 6) "P.1".
+CHAPTERS = {"# Lesson ": ("In this lesson you will", r"\d"), "# Interlude: ": ("In this interlude you will", "P")}
 MACHINE_PATH = re.compile(r"(/root/|/home/\w+|/Users/\w+|/tmp/(?!ipykernel)|/work/|[A-Z]:\\\\)")
 
 
@@ -71,10 +74,13 @@ def test_every_figure_has_alt_text(notebook):
 def test_lesson_structure(notebook):
     markdown = "\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
     code = "\n".join("".join(cell["source"]) for cell in code_cells(notebook))
-    assert markdown.lstrip().startswith("# Lesson "), "a lesson opens with its title"
-    assert "In this lesson you will" in markdown, "objectives at the top"
+    title = next((title for title in CHAPTERS if markdown.lstrip().startswith(title)), None)
+    assert title, "a lesson opens with its title: '# Lesson N: ...' ('# Interlude: ...' for the PyTorch primer)"
+    objectives, chapter = CHAPTERS[title]
+    assert objectives in markdown, "objectives at the top"
     assert "## Summary" in markdown
-    exercises = re.findall(r":::\{exercise\} (\d)\.(\d): .*\n:label: (\S+)\n:nonumber:", markdown)
+    exercise = rf":::\{{exercise\}} ({chapter})\.(\d): .*\n:label: (\S+)\n:nonumber:"
+    exercises = re.findall(exercise, markdown)
     assert 2 <= len(exercises) <= 4, f"2-4 exercises titled 'L.N: ...', found {len(exercises)}"
     for lesson, number, label in exercises:
         assert label == f"ex-{lesson}-{number}", f"exercise {lesson}.{number} has label {label}"

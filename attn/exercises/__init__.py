@@ -4,10 +4,11 @@
 outputs) or a sentence saying what is wrong with it; ``registry`` holds the exercises and
 ``check``; each lesson's module registers that lesson's exercises when it is imported, with
 only the exercise's own logic and its hints for common mistakes. To add a lesson's
-exercises, write ``lessonNN.py`` and add it to the import below.
+exercises, write ``lessonNN.py`` and add it to the import below (the PyTorch primer's are in
+``primer.py``, with ids "P.1", "P.2").
 """
 
-from attn.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09  # noqa: F401
+from attn.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, primer  # noqa: F401
 from attn.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict
 
 __all__ = ["EXERCISES", "check", "exercise", "exercise_ids", "verdict"]

@@ -1,4 +1,4 @@
-"""Lesson 1's exercises: one-hot weights, a blended price, and a lookup made of weights.
+"""Lesson 1's exercises: one-hot weights, weights for a given price, and a lookup made of weights.
 
 The names below are the lesson's own (keys, key_array, values, one_hot_weights), so that the
 solution of exercise 1.3 reads as it does in the notebook.
@@ -41,16 +41,55 @@ def _one_hot_banana(weights, expected):
     return compare(weights, expected, "your weight vector")
 
 
+TARGET_PRICE = 5.0  # exercise 1.2: a price between chair's 3 and apple's 9
+
+
+def apple_chair_blend(target):
+    """Weights (T_k,) on apple and chair only, non-negative and summing to 1, whose blended price is ``target``."""
+    apple, chair = keys.index("apple"), keys.index("chair")
+    apple_share = (target - values[chair]) / (values[apple] - values[chair])  # target = s * 9 + (1 - s) * 3
+    weights = np.zeros(len(keys))  # (T_k,)
+    weights[apple], weights[chair] = apple_share, 1.0 - apple_share
+    return weights
+
+
 @exercise(
     "1.2",
-    Number("your blended price"),
-    solution=lambda: np.array([0.5, 0.5, 0.0]) @ values,
-    success="half apple and half banana gives 0.5 * 9 + 0.5 * 6 = 7.5, a price no single item has.",
+    Array("your weight vector"),
+    solution=lambda: apple_chair_blend(TARGET_PRICE),
+    success=(
+        "a third on apple and two thirds on chair: 9/3 + 2 * 3/3 = 5. Weights like these give a weighted average, "
+        "so no choice of them can price anything above 9 or below 3."
+    ),
 )
-def _blend_price(blended, expected):
-    if blended.shape == (3,):
-        return "you have a vector of three numbers; multiply the weights by the prices and add them up (weights @ prices)."
-    return compare(blended, expected, "your blended price")
+def _weights_for_a_price(weights, expected):
+    target = show(TARGET_PRICE)
+    if weights.shape == () and matches(weights, TARGET_PRICE):
+        return f"{target} is the price; give the weights that produce it, a (3,) array in the order apple, banana, chair."
+    if weights.shape != expected.shape:
+        return compare(weights, expected, "your weight vector")
+    return _weights_problem(weights, target) or compare(weights, expected, "your weight vector")
+
+
+def _weights_problem(weights, target):
+    """What is wrong with (T_k,) weights meant to be non-negative, sum to 1, skip banana and price ``target``."""
+    price, total = float(weights @ values), float(weights.sum())
+    if (weights < 0).any():
+        return "a weight is negative; weights are shares of the total, 0 or more."
+    if weights[keys.index("banana")] != 0:
+        return "your weights put something on banana; this exercise blends apple and chair only."
+    if not np.isclose(total, 1.0, rtol=0, atol=1e-6):
+        return (
+            f"your weights sum to {total:.4g}, not 1 (they price {price:.4g}); a blend is a weighted average, "
+            f"so its weights sum to 1: write the apple share as s and the chair share as 1 - s."
+        )
+    if np.isclose(price, TARGET_PRICE, rtol=0, atol=1e-6):
+        return None
+    if np.isclose(price, TARGET_PRICE, rtol=0, atol=0.05):
+        return f"your weights price {price:.4g}, not quite {target}: are they rounded? Write exact fractions, such as 1 / 3."
+    if np.isclose(price, values[0] + values[2] - TARGET_PRICE):
+        return f"your weights price {price:.4g}: apple and chair are the wrong way round."
+    return f"your weights price {price:.4g}, not {target}: solve s * 9 + (1 - s) * 3 = {target} for the apple share s."
 
 
 PRICE = Number("the price")

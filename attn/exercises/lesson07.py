@@ -1,4 +1,4 @@
-"""Lesson 7's exercises: chance level, recall by hand, and the recall model's size.
+"""Lesson 7's exercises: chance level, recall by hand, and how the recall model's size depends on its heads.
 
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
@@ -10,6 +10,7 @@ from attn.exercises.registry import exercise
 
 N_KEYS, N_VALUES, EMBED_DIM = 16, 16, 32  # the lesson's RecallModel
 N_EXAMPLES = 200  # the examples exercise 7.2's function is called on
+MANY_HEADS = 8  # exercise 7.3: the lesson's model with this many heads instead of one
 
 
 def _recall_examples():
@@ -30,13 +31,13 @@ def hard_recall(keys, values, query):
     return (weights * values).sum(dim=1)  # (N,)
 
 
-def _parameter_count():
+def _parameter_count(num_heads):
     import torch
 
     from attn.recall import RecallModel
 
     with torch.device("meta"):  # shapes only: no memory, and the learner's random numbers are left alone
-        model = RecallModel(n_keys=N_KEYS, n_values=N_VALUES, embed_dim=EMBED_DIM, num_heads=1)
+        model = RecallModel(n_keys=N_KEYS, n_values=N_VALUES, embed_dim=EMBED_DIM, num_heads=num_heads)
     return sum(parameter.numel() for parameter in model.parameters())
 
 
@@ -82,11 +83,31 @@ def _recall_by_hand(recall, expected):
 @exercise(
     "7.3",
     Number("your count", whole=True),
-    solution=_parameter_count,
-    success="2 * 16 * 32 embeddings + (4 * 32^2 + 4 * 32) attention + (32 * 16 + 16) readout = 5,776 parameters.",
+    solution=lambda: _parameter_count(MANY_HEADS),
+    success=(
+        f"{MANY_HEADS} heads give the same 5,776 parameters as one: the heads slice the E = {EMBED_DIM} features that "
+        f"the same four E x E projections produce (d = {EMBED_DIM // MANY_HEADS} each), so H appears nowhere in the count."
+    ),
 )
-def _recall_parameters(count, expected):
+def _recall_parameters_with_more_heads(count, expected):
+    one_head = _parameter_count(1)
+    attention = 4 * EMBED_DIM**2 + 4 * EMBED_DIM  # four E x E projections with biases (lesson 6)
+    head_dim = EMBED_DIM // MANY_HEADS
     readout = EMBED_DIM * N_VALUES + N_VALUES  # Linear(32, 16) with its bias
+    if matches(count, one_head + (MANY_HEADS - 1) * attention):
+        return (
+            f"that gives every head its own E x E projections; the {MANY_HEADS} heads share the four projections, "
+            f"each head reading its own slice of d = E / H = {head_dim} of their E outputs."
+        )
+    if matches(count, MANY_HEADS * one_head):
+        return f"that multiplies the whole model by {MANY_HEADS}; the embeddings and the readout do not depend on the heads."
+    if matches(count, one_head - attention + 4 * (EMBED_DIM * head_dim + head_dim)):
+        return (
+            f"that counts one head's slice of each projection (E x d = {EMBED_DIM} x {head_dim}); "
+            f"the {MANY_HEADS} slices together make the whole E x E projection."
+        )
+    if matches(count, attention):
+        return "that is the attention layer alone; the model also has its two embedding tables and the readout."
     if matches(count, expected - readout):
         return "you left out the readout, a Linear(32, 16) with its bias."
     return compare(count, expected, "your count")

@@ -8,6 +8,11 @@ from attn.exercises.answers import AnswerError, normalise, show
 
 EXERCISES = {}  # exercise id, such as "1.2" -> Exercise
 
+# Chapters without a lesson number, placed by where they are read: the PyTorch primer ("P.1", "P.2")
+# comes between lessons 5 and 6.
+INTERLUDES = {"P": 5.5}
+ID_PATTERN = re.compile(rf"(\d+|{'|'.join(INTERLUDES)})\.\d+")
+
 
 @dataclass(frozen=True)
 class Exercise:
@@ -26,8 +31,8 @@ def exercise(exercise_id, expects, solution, success):
     sentence after "Correct:". The judge receives the answer and the solution, both cleaned
     by ``normalise``, and returns what is wrong (naming a common mistake where it can) or None.
     """
-    if not re.fullmatch(r"\d+\.\d+", exercise_id) or exercise_id in EXERCISES:
-        raise ValueError(f"exercise id {exercise_id!r} is not of the form 'L.N' or is registered twice")
+    if not ID_PATTERN.fullmatch(exercise_id) or exercise_id in EXERCISES:
+        raise ValueError(f"exercise id {exercise_id!r} is not of the form 'L.N' (or 'P.N') or is registered twice")
 
     def register(judge):
         EXERCISES[exercise_id] = Exercise(exercise_id, expects, solution, success, judge)
@@ -37,8 +42,13 @@ def exercise(exercise_id, expects, solution, success):
 
 
 def exercise_ids():
-    """The registered ids in lesson order: 1.1, 1.2, ..., 10.1."""
-    return sorted(EXERCISES, key=lambda exercise_id: tuple(int(part) for part in exercise_id.split(".")))
+    """The registered ids in reading order: 1.1, 1.2, ..., 5.3, P.1, P.2, 6.1, ..., 10.1."""
+    return sorted(EXERCISES, key=_reading_order)
+
+
+def _reading_order(exercise_id):
+    chapter, number = exercise_id.split(".")
+    return (INTERLUDES[chapter] if chapter in INTERLUDES else int(chapter), int(number))
 
 
 def _unknown_id(exercise_id):

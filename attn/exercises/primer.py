@@ -1,0 +1,140 @@
+"""The PyTorch primer's exercises (read between lessons 5 and 6): nn.Linear by hand, cross-entropy by hand.
+
+torch is imported inside the functions, so that ``import attn`` stays free of it. The
+solutions are PyTorch's own functions, so each check compares the learner's code with them.
+"""
+
+from attn.exercises.answers import Array, Function, Number, compare, matches
+from attn.exercises.registry import exercise
+
+LINEAR_CASES = ((5, 3, 11), (2, 4, 12))  # (N, features, seed): square weights, so a missing .T gives numbers, not an error
+LOSS_CASES = ((4, 5, 21), (6, 3, 22))  # (N examples, C classes, seed)
+
+
+def _linear_calls():
+    """Fresh inputs each time (seeded, float32), so a function that changes its arguments spoils nothing."""
+    import torch
+
+    calls = []
+    for n_rows, features, seed in LINEAR_CASES:
+        generator = torch.Generator().manual_seed(seed)
+        x = torch.randn(n_rows, features, generator=generator)  # (N, in)
+        weight = torch.randn(features, features, generator=generator)  # (out, in)
+        bias = torch.randn(features, generator=generator)  # (out,)
+        calls.append((f"with x {tuple(x.shape)}, weight {tuple(weight.shape)} and bias {tuple(bias.shape)}", (x, weight, bias)))
+    return calls
+
+
+def _loss_calls():
+    import torch
+
+    calls = []
+    for n_examples, n_classes, seed in LOSS_CASES:
+        generator = torch.Generator().manual_seed(seed)
+        logits = 2 * torch.randn(n_examples, n_classes, generator=generator)  # (N, C)
+        targets = torch.randint(n_classes, (n_examples,), generator=generator)  # (N,)
+        calls.append((f"with logits {tuple(logits.shape)} and targets {tuple(targets.shape)}", (logits, targets)))
+    return calls
+
+
+def _torch_linear(x, weight, bias):
+    """PyTorch's own nn.Linear computation: x (N, in), weight (out, in), bias (out,) -> (N, out)."""
+    from torch.nn import functional
+
+    return functional.linear(x, weight, bias)
+
+
+def _torch_cross_entropy(logits, targets):
+    """PyTorch's own cross-entropy: logits (N, C), targets (N,) -> the mean loss."""
+    from torch.nn import functional
+
+    return functional.cross_entropy(logits, targets)
+
+
+def _all_match(answer, mistake, calls):
+    """True when the learner's outputs equal ``mistake(*arguments)`` for every call."""
+    return all(
+        matches(output, _plain(mistake(*arguments))) for output, (_, arguments) in zip(answer.outputs, calls(), strict=True)
+    )
+
+
+def _plain(output):
+    return output.detach().double().numpy()
+
+
+def _first_problem(answer, expected, what):
+    for output, right in zip(answer.outputs, expected.outputs, strict=True):
+        problem = compare(output, right, what, atol=1e-5)
+        if problem is not None:
+            return problem
+    return None
+
+
+@exercise(
+    "P.1",
+    Function("your linear function", calls=_linear_calls, returns=Array("the outputs")),
+    solution=lambda: _torch_linear,
+    success="x @ weight.T + bias is what nn.Linear computes: the weight is stored as (out, in), so it is transposed.",
+)
+def _linear_by_hand(answer, expected):
+    shapes = [output.shape for output in answer.outputs]
+    right_shapes = [output.shape for output in expected.outputs]
+    if shapes != right_shapes and shapes == [shape[::-1] for shape in right_shapes]:
+        return "your outputs are (out, N); nn.Linear returns one row per input row, (N, out): compute x @ weight.T + bias."
+    if _all_match(answer, lambda x, weight, bias: x @ weight + bias, _linear_calls):
+        return "that is x @ weight + bias: nn.Linear stores its weight as (out, in), so the product is x @ weight.T."
+    if _all_match(answer, lambda x, weight, bias: x @ weight.T, _linear_calls):
+        return "the bias is missing: add it after the product (it broadcasts over the N rows)."
+    return _first_problem(answer, expected, "what your function returned")
+
+
+def _loss_mistakes():
+    """(wrong loss function, hint) for the common mistakes of exercise P.2; torch is imported only when it runs."""
+    import torch
+
+    def right_class(log_probabilities, targets):  # (N, C), (N,) -> (N,): each example's entry for its right class
+        return log_probabilities[torch.arange(len(targets)), targets]
+
+    return [
+        (
+            lambda logits, targets: right_class(logits.log_softmax(-1), targets).mean(),
+            "the loss is minus the log probability: put a minus sign in front.",
+        ),
+        (
+            lambda logits, targets: -right_class(logits.log_softmax(-1), targets).sum(),
+            "that is the sum over the examples; F.cross_entropy returns their mean.",
+        ),
+        (
+            lambda logits, targets: -right_class(logits.log_softmax(0), targets).mean(),
+            "the softmax ran over the examples (dim=0); each example needs its own distribution over the classes: dim=-1.",
+        ),
+        (
+            lambda logits, targets: -right_class(logits.softmax(-1), targets).mean(),
+            "that uses the probability itself; the loss is minus its log: -log softmax(logits)[right class].",
+        ),
+        (
+            lambda logits, targets: -logits.log_softmax(-1).mean(),
+            "that averages over every class; take only each example's right class, "
+            "log_probabilities[torch.arange(N), targets].",
+        ),
+        (
+            lambda logits, targets: -right_class(logits, targets).mean(),
+            "the logits are not log probabilities yet: take log_softmax over the classes first.",
+        ),
+    ]
+
+
+@exercise(
+    "P.2",
+    Function("your loss function", calls=_loss_calls, returns=Number("the loss")),
+    solution=lambda: _torch_cross_entropy,
+    success="the mean over the examples of -log softmax(logits)[right class] is exactly what F.cross_entropy computes.",
+)
+def _cross_entropy_by_hand(answer, expected):
+    per_example = [(len(targets),) for _, (_, targets) in _loss_calls()]
+    if [output.shape for output in answer.outputs] == per_example:
+        return "that is one loss per example; F.cross_entropy returns their mean: finish with .mean()."
+    for mistake, hint in _loss_mistakes():
+        if _all_match(answer, mistake, _loss_calls):
+            return hint
+    return _first_problem(answer, expected, "the loss your function returned")

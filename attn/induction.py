@@ -111,6 +111,11 @@ def _check_model(model):
         raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
 
 
+def _check_data(data):
+    if not isinstance(data, RepeatData):
+        raise TypeError(f"data must be a RepeatData from make_repeat_data, got {type(data).__name__}")
+
+
 # ---------------------------------------------------------------------------------------------
 # The data
 
@@ -305,7 +310,10 @@ def phase_change_step(second_copy_losses, window=50):
     """The first step at which the second-copy loss, averaged over the last ``window`` steps,
     is below half its average over the first ``window`` steps; None if it never gets there."""
     window = _check_int("window", window, minimum=1)
-    losses = torch.as_tensor(list(second_copy_losses), dtype=torch.float64)
+    try:
+        losses = torch.as_tensor([float(value) for value in second_copy_losses], dtype=torch.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"second_copy_losses must be a sequence of numbers, got {second_copy_losses!r:.60}") from None
     if losses.dim() != 1 or len(losses) < window or not torch.isfinite(losses).all():
         raise ValueError(f"second_copy_losses must be at least {window} finite numbers")
     smoothed = losses.unfold(0, window, 1).mean(dim=1)  # (S - window + 1,): entry k covers steps k..k+window-1
@@ -321,6 +329,7 @@ def phase_change_step(second_copy_losses, window=50):
 def copy_metrics(model, data):
     """Mean loss and accuracy of the next-token predictions on the first and on the second copy."""
     _check_model(model)
+    _check_data(data)
     logits = model(data.tokens)  # (N, T, V)
     losses = next_token_losses(logits, data.tokens)  # (N, T - 1)
     correct = (logits[:, :-1].argmax(dim=-1) == data.tokens[:, 1:]).float()  # (N, T - 1)
@@ -345,6 +354,8 @@ def loss_per_position(model, tokens):
 
 def previous_occurrence(tokens):
     """tokens (B, T) -> (B, T) long: the most recent earlier position holding the same token, -1 if none."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex():
+        raise TypeError(f"tokens must be an integer tensor of shape (B, T), got {tokens!r:.60}")
     length = tokens.shape[1]
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T_query, T_key)
     earlier = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril(diagonal=-1)  # key < query
@@ -379,7 +390,7 @@ def induction_scores(weights, tokens, positions=None):
     batch, _, length, _ = weights.shape
     if not isinstance(tokens, torch.Tensor) or tokens.shape != (batch, length):
         raise ValueError(f"tokens must be a tensor of shape (B, T) = {(batch, length)}")
-    earlier = previous_occurrence(tokens)  # (B, T)
+    earlier = previous_occurrence(tokens).to(weights.device)  # (B, T)
     chosen = earlier >= 0
     if positions is not None:
         chosen = chosen & _check_positions(positions, batch, length)
@@ -411,6 +422,7 @@ def head_scores(model, data):
     second copy, where each token has exactly one earlier occurrence.
     """
     _check_model(model)
+    _check_data(data)
     _, every_weights = model(data.tokens, need_weights=True)
     in_second = functional.pad(data.second_copy, (1, 0))  # (N, T): the query positions of the second copy
     previous = torch.stack([previous_token_scores(weights) for weights in every_weights])
@@ -444,6 +456,7 @@ def ablate_head(model, layer, head):
 def ablation_accuracies(model, data):
     """Second-copy accuracy with each head zeroed in turn: (num_layers, H)."""
     _check_model(model)
+    _check_data(data)
     accuracies = torch.zeros(model.num_layers, model.num_heads)
     for layer in range(model.num_layers):
         for head in range(model.num_heads):

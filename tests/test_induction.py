@@ -316,6 +316,25 @@ def test_ablate_head_refuses_bad_indices(layer, head, error, message):
         pass
 
 
+@pytest.mark.parametrize("data", [None, "tokens", torch.zeros(2, 8, dtype=torch.long), [[1, 2, 3]]])
+def test_measurements_refuse_data_of_another_kind(data):
+    for measure in (copy_metrics, head_scores, ablation_accuracies):
+        with pytest.raises(TypeError, match="data must be a RepeatData from make_repeat_data"):
+            measure(small_model(), data)
+
+
+def test_scores_accept_weights_that_require_grad():
+    weights = (torch.ones(1, 1, 4, 4).tril() / torch.arange(1, 5)[:, None]).requires_grad_()
+    score = previous_token_scores(weights)
+    torch.testing.assert_close(score.detach(), torch.tensor([(1 / 2 + 1 / 3 + 1 / 4) / 3]))
+
+
+@pytest.mark.parametrize("tokens", [None, torch.tensor([[1.0, 2.0]]), torch.tensor([1, 2, 1]), "abc"])
+def test_previous_occurrence_refuses_bad_tokens(tokens):
+    with pytest.raises(TypeError, match=r"tokens must be an integer tensor of shape \(B, T\)"):
+        previous_occurrence(tokens)
+
+
 def test_measurements_refuse_a_model_of_another_kind():
     data = make_repeat_data(2, length=8, block_lengths=3, vocab_size=20)
     for measure in (copy_metrics, head_scores, ablation_accuracies):
@@ -340,6 +359,9 @@ def test_phase_change_step_finds_the_drop():
         ([1.0] * 5, 10, ValueError, "at least 10 finite numbers"),
         ([1.0, math.nan] * 10, 5, ValueError, "finite numbers"),
         ([1.0] * 20, 0, ValueError, "window must be at least 1"),
+        (None, 10, TypeError, "second_copy_losses must be a sequence of numbers"),
+        (["low"] * 20, 10, TypeError, "second_copy_losses must be a sequence of numbers"),
+        ([[1.0, 2.0]] * 20, 10, TypeError, "second_copy_losses must be a sequence of numbers"),
     ],
 )
 def test_phase_change_step_refuses_bad_input(losses, window, error, message):

@@ -20,6 +20,7 @@ from attn.exercises.answers import AnswerError, Array, Function, Number, Shape, 
 from attn.exercises.lesson02 import DURABLE_QUERY
 from attn.exercises.lesson07 import hard_recall
 from tests.notebooks import ROOT, code_cells, load, tags
+from tests.verdicts import correct, not_yet
 
 
 def printed(capsys, exercise_id, answer):
@@ -27,18 +28,6 @@ def printed(capsys, exercise_id, answer):
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and out.endswith("\n"), f"one line, got {out!r}"
     return out
-
-
-def not_yet(exercise_id, answer):
-    line = verdict(exercise_id, answer)
-    assert line.startswith("Not yet: "), line
-    return line
-
-
-def correct(exercise_id, answer):
-    line = verdict(exercise_id, answer)
-    assert line.startswith("Correct: "), line
-    return line
 
 
 PRICES = dict(fruit.PRICES)

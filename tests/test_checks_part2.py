@@ -11,18 +11,7 @@ from attn.exercises import verdict
 from attn.exercises.lesson08 import rotary_score
 from attn.exercises.lesson09 import decode_with_cache
 from tests.notebooks import ROOT, code_cells, load
-
-
-def not_yet(exercise_id, answer):
-    line = verdict(exercise_id, answer)
-    assert line.startswith("Not yet: "), line
-    return line
-
-
-def correct(exercise_id, answer):
-    line = verdict(exercise_id, answer)
-    assert line.startswith("Correct: "), line
-    return line
+from tests.verdicts import correct, not_yet
 
 
 def test_the_lessons_q_and_k_are_the_checks_q_and_k():

@@ -229,6 +229,8 @@ class AttentionOnlyTransformer(nn.Module):
             self.unembedding = nn.Linear(embed_dim, vocab_size)
 
     def forward(self, tokens, need_weights=False):
+        """tokens (B, T) -> logits (B, T, V); with need_weights, also
+        a list of each layer's attention weights (B, H, T, T)."""
         tokens = _check_tokens(tokens, self.vocab_size, self.max_length)
         length = tokens.shape[1]
         positions = torch.arange(length, device=tokens.device)  # (T,)
@@ -240,17 +242,21 @@ class AttentionOnlyTransformer(nn.Module):
         every_weights = []
         for index, layer in enumerate(self.layers):
             inputs = x if self.norms is None else self.norms[index](x)
-            seen = inputs + where if self.positions == "query_key" else inputs  # what queries and keys are made from
+            seen = inputs  # what the queries and keys are made from
+            if self.positions == "query_key":
+                seen = inputs + where  # positions reach queries, keys only
+            out = layer(seen, seen, inputs, mask=keep_mask,
+                        need_weights=need_weights)  # (B, T, E)
             if need_weights:
-                attended, weights = layer(seen, seen, inputs, mask=keep_mask, need_weights=True)  # (B, T, E)
+                out, weights = out
                 every_weights.append(weights)  # (B, H, T, T)
-            else:
-                attended = layer(seen, seen, inputs, mask=keep_mask)  # (B, T, E)
-            x = x + attended
+            x = x + out  # each layer adds to the residual stream
         if self.norms is not None:
             x = self.norms[-1](x)
         logits = self.unembedding(x)  # (B, T, V)
-        return (logits, every_weights) if need_weights else logits
+        if need_weights:
+            return logits, every_weights
+        return logits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,6 +325,23 @@ def phase_change_step(second_copy_losses, window=50):
     smoothed = losses.unfold(0, window, 1).mean(dim=1)  # (S - window + 1,): entry k covers steps k..k+window-1
     below = torch.nonzero(smoothed < smoothed[0] / 2).flatten()
     return None if len(below) == 0 else int(below[0]) + window - 1
+
+
+def training_batches(steps=STEPS, batch_size=BATCH_SIZE, seed=SEED, length=MAX_LENGTH, block_lengths=TRAIN_BLOCK_LENGTHS,
+                     vocab_size=VOCAB_SIZE):
+    """The sequences ``train`` draws with these settings, in order: one ``RepeatData`` of (batch_size, length) per step.
+
+    Used to ask what training saw (for example, whether a test block occurred in it) without training.
+    """
+    steps = _check_int("steps", steps, minimum=1)
+    batch_size = _check_int("batch_size", batch_size, minimum=1)
+    seed = _check_int("seed", seed)
+    length = _check_int("length", length, minimum=4)
+    vocab_size = _check_int("vocab_size", vocab_size, minimum=length)
+    block_lengths = _check_block_lengths(block_lengths, length)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        yield _draw_repeat_data(generator, batch_size, length, block_lengths, vocab_size, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,6 +421,48 @@ def induction_scores(weights, tokens, positions=None):
     index = target[:, None, :, None].expand(-1, weights.shape[1], -1, 1)  # (B, H, T, 1)
     on_target = weights.gather(-1, index)[..., 0]  # (B, H, T)
     return _masked_head_mean(on_target, chosen)
+
+
+def duplicate_token_scores(weights, tokens, positions=None):
+    """weights (B, H, T, T), tokens (B, T) -> (H,): each head's mean weight on the previous occurrence of the
+    current token itself, over queries whose token occurred before.
+
+    positions: optional (B, T) bool, the queries to average over (intersected with those above).
+    """
+    weights = _check_weights(weights)
+    batch, _, length, _ = weights.shape
+    if not isinstance(tokens, torch.Tensor) or tokens.shape != (batch, length):
+        raise ValueError(f"tokens must be a tensor of shape (B, T) = {(batch, length)}")
+    earlier = previous_occurrence(tokens).to(weights.device)  # (B, T)
+    chosen = earlier >= 0
+    if positions is not None:
+        chosen = chosen & _check_positions(positions, batch, length)
+    index = earlier.clamp(min=0)[:, None, :, None].expand(-1, weights.shape[1], -1, 1)  # (B, H, T, 1)
+    on_earlier = weights.gather(-1, index)[..., 0]  # (B, H, T)
+    return _masked_head_mean(on_earlier, chosen)
+
+
+def weights_by_distance(weights, positions=None):
+    """weights (B, H, T, T) -> (H, T): entry [h, k] is head h's mean weight on the key k positions back
+    (key i - k for query i), over the queries i >= k.
+
+    positions: optional (B, T) bool, the queries to average over. A distance that no chosen query
+    reaches back to gets NaN.
+    """
+    weights = _check_weights(weights)
+    batch, heads, length, _ = weights.shape
+    chosen = torch.ones(batch, length, dtype=torch.bool, device=weights.device)
+    if positions is not None:
+        chosen = chosen & _check_positions(positions, batch, length)
+    if not chosen.any():
+        raise ValueError("no query position to average over")
+    means = torch.full((heads, length), math.nan, dtype=weights.dtype, device=weights.device)
+    for distance in range(length):
+        on_key = weights.diagonal(offset=-distance, dim1=-2, dim2=-1)  # (B, H, T - k): query i on key i - k
+        reaching = chosen[:, distance:]  # (B, T - k): the chosen queries i >= k
+        if reaching.any():
+            means[:, distance] = on_key.transpose(0, 1)[:, reaching].mean(dim=1)
+    return means
 
 
 def _check_positions(positions, batch, length):

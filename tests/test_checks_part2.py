@@ -1,4 +1,4 @@
-"""The self-checks of lessons 8 and 9 accept the right answers and name the common mistakes.
+"""The self-checks of lessons 8, 9 and 10 accept the right answers and name the common mistakes.
 
 The sweep of wrong kinds of answer over every registered exercise is in test_exercises_hostile.py.
 """
@@ -7,9 +7,11 @@ import numpy as np
 import torch
 
 from attn import KVCache, MultiHeadAttention, TransformerBlock, apply_rotary
-from attn.exercises import verdict
+from attn.exercises import lesson10, verdict
 from attn.exercises.lesson08 import rotary_score
 from attn.exercises.lesson09 import decode_with_cache
+from attn.exercises.lesson10 import single_repeat_sequence
+from attn.induction import load_trained, make_repeat_data
 from tests.notebooks import ROOT, code_cells, load
 from tests.verdicts import correct, not_yet
 
@@ -110,3 +112,69 @@ def test_checks_leave_the_learners_random_numbers_alone():
     for exercise_id, answer in (("8.2", (2, 4, 3, 11)), ("8.3", 49_984), ("9.3", decode_with_cache), ("8.1", 0.0)):
         verdict(exercise_id, answer)
     assert torch.equal(torch.rand(3), expected)
+
+
+LESSON_10 = ROOT / "lessons" / "10_induction_heads.ipynb"
+
+
+def test_lesson_10_exercise_sequences_are_the_ones_the_checks_describe():
+    data = make_repeat_data(1, seed=lesson10.SEQUENCE_SEED)
+    start, length = data.block_start.item(), data.block_length.item()
+    assert length == lesson10.BLOCK_LENGTH
+    assert start + length < lesson10.QUERY < start + 2 * length, "exercise 10.1's query is in the second copy"
+    single = single_repeat_sequence()[0].tolist()
+    assert len(single) == 32 and len(set(single)) == 31
+    assert single[lesson10.LATER] == single[lesson10.EARLIER]
+    markdown = "".join("".join(cell["source"]) for cell in load(LESSON_10)["cells"] if cell["cell_type"] == "markdown")
+    assert f"make_repeat_data(1, seed={lesson10.SEQUENCE_SEED})" in markdown
+    assert f"take the query at position {lesson10.QUERY}" in markdown
+    assert f"the token at position {lesson10.LATER} is the same as the one at position {lesson10.EARLIER}" in markdown
+
+
+def test_the_shipped_model_does_what_the_lesson_10_answers_say():
+    model = load_trained(ROOT / "lessons" / "models", 2)
+    tokens = make_repeat_data(1, seed=lesson10.SEQUENCE_SEED).tokens  # (1, T)
+    with torch.no_grad():
+        _, weights = model(tokens, need_weights=True)
+        logits = model(single_repeat_sequence())
+    strongest = [weights[0][0, 0, lesson10.QUERY].argmax().item(), weights[1][0, 1, lesson10.QUERY].argmax().item()]
+    correct("10.1", strongest)
+    correct("10.3", logits[0, lesson10.LATER].argmax().item())
+    assert "falls to near 0" in correct("10.2", 3)
+
+
+def test_where_the_two_heads_look():
+    tokens = make_repeat_data(1, seed=lesson10.SEQUENCE_SEED).tokens[0].tolist()
+    correct("10.1", [20, 14])
+    correct("10.1", np.array([20, 14]))
+    assert "other way round" in not_yet("10.1", [14, 20])
+    assert "tokens at the two positions" in not_yet("10.1", [tokens[20], tokens[14]])
+    assert "the query itself" in not_yet("10.1", [21, 14])
+    assert "duplicate-token head" in not_yet("10.1", [20, 13])
+    assert "causal mask hides it" in not_yet("10.1", [20, 25])
+    assert "take the position after it" in not_yet("10.1", [20, 16])
+    assert "just before the query" in not_yet("10.1", [19, 14])
+    assert "two positions in a list" in not_yet("10.1", [20])
+    assert "two positions in a list" in not_yet("10.1", 20)
+
+
+def test_the_induction_head_without_its_partner():
+    assert "own weights are unchanged" in correct("10.2", 3)
+    assert "untouched" in not_yet("10.2", 1)
+    assert "only head that writes" in not_yet("10.2", 2)
+    assert "1, 2 or 3" in not_yet("10.2", 4)
+    assert "1, 2 or 3" in not_yet("10.2", 0)
+    correct("10.2", 3.0)
+    not_yet("10.2", 2.5)
+
+
+def test_a_single_earlier_occurrence():
+    tokens = single_repeat_sequence()[0].tolist()
+    correct("10.3", tokens[lesson10.EARLIER + 1])
+    assert "current token itself" in not_yet("10.3", tokens[lesson10.LATER])
+    assert "came before the earlier occurrence" in not_yet("10.3", tokens[lesson10.EARLIER - 1])
+    assert "just before the query" in not_yet("10.3", tokens[lesson10.LATER - 1])
+    assert "cannot see" in not_yet("10.3", tokens[lesson10.LATER + 1])
+    assert "position of the answer" in not_yet("10.3", lesson10.EARLIER + 1)
+    assert "between 0 and 63" in not_yet("10.3", 64)
+    assert "between 0 and 63" in not_yet("10.3", -1)

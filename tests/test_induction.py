@@ -19,15 +19,19 @@ from attn.induction import (
     ablate_head,
     ablation_accuracies,
     copy_metrics,
+    duplicate_token_scores,
     head_scores,
     induction_scores,
     load_trained,
     loss_per_position,
     make_repeat_data,
+    next_token_losses,
     phase_change_step,
     previous_occurrence,
     previous_token_scores,
     train,
+    training_batches,
+    weights_by_distance,
     weights_path,
 )
 
@@ -240,6 +244,83 @@ def test_induction_score_of_a_perfect_induction_head_and_of_others():
     assert previous_occurrence(tokens).tolist() == [[-1, -1, -1, -1, 1, 2, 3, -1]]
 
 
+def test_duplicate_token_score_of_known_patterns():
+    tokens = torch.tensor([[7, 1, 2, 3, 1, 2, 3, 9]])  # block (1, 2, 3) repeated from position 4
+    duplicate = torch.eye(8)
+    for query, key in ((4, 1), (5, 2), (6, 3)):  # the earlier occurrence of the query's own token
+        duplicate[query] = 0.0
+        duplicate[query, key] = 1.0
+    induction = torch.eye(8)
+    for query, key in ((4, 2), (5, 3), (6, 4)):
+        induction[query] = 0.0
+        induction[query, key] = 1.0
+    uniform = torch.ones(8, 8).tril() / torch.arange(1, 9)[:, None]
+    weights = torch.stack([duplicate, induction, uniform])[None]  # (1, 3, T, T)
+    torch.testing.assert_close(duplicate_token_scores(weights, tokens), torch.tensor([1.0, 0.0, (1 / 5 + 1 / 6 + 1 / 7) / 3]))
+    only_query_5 = torch.zeros(1, 8, dtype=torch.bool)
+    only_query_5[0, 5] = True
+    torch.testing.assert_close(duplicate_token_scores(weights, tokens, only_query_5), torch.tensor([1.0, 0.0, 1 / 6]))
+
+
+def test_duplicate_token_score_refuses_what_it_cannot_use():
+    weights = torch.ones(1, 2, 4, 4) / 4
+    with pytest.raises(ValueError, match=r"tokens must be a tensor of shape \(B, T\) = \(1, 4\)"):
+        duplicate_token_scores(weights, torch.zeros(1, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="no query position to average over"):
+        duplicate_token_scores(weights, torch.tensor([[1, 2, 3, 4]]))
+    with pytest.raises(TypeError, match="tokens must be an integer tensor"):
+        duplicate_token_scores(weights, torch.tensor([[1.0, 2.0, 1.0, 2.0]]))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        duplicate_token_scores(torch.full((1, 1, 4, 4), math.nan), torch.tensor([[1, 2, 1, 2]]))
+
+
+def distance_loop(weights, chosen):
+    """weights_by_distance written with loops: (B, H, T, T), (B, T) bool -> (H, T)."""
+    batch, heads, length, _ = weights.shape
+    means = torch.full((heads, length), math.nan, dtype=weights.dtype)
+    for head in range(heads):
+        for distance in range(length):
+            picked = [weights[b, head, query, query - distance] for b in range(batch) for query in range(distance, length)
+                      if chosen[b, query]]
+            if picked:
+                means[head, distance] = torch.stack(picked).mean()
+    return means
+
+
+@given(seed=st.integers(0, 10_000), length=st.integers(1, 9), batch=st.integers(1, 3))
+def test_weights_by_distance_equals_the_loop(seed, length, batch):
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randn(batch, 2, length, length, generator=generator, dtype=torch.float64)
+    weights = scores.masked_fill(~torch.ones(length, length, dtype=torch.bool).tril(), -math.inf).softmax(dim=-1)
+    chosen = torch.rand(batch, length, generator=generator) < 0.7
+    chosen[0, -1] = True  # at least one query
+    torch.testing.assert_close(weights_by_distance(weights, chosen), distance_loop(weights, chosen), equal_nan=True)
+    every = torch.ones(batch, length, dtype=torch.bool)
+    torch.testing.assert_close(weights_by_distance(weights), distance_loop(weights, every))
+    only_last = torch.zeros(batch, length, dtype=torch.bool)
+    only_last[:, -1] = True
+    row_backwards = weights[:, :, -1].flip(-1).mean(dim=0)  # (H, T): the last query's weights, nearest key first
+    torch.testing.assert_close(weights_by_distance(weights, only_last), row_backwards)
+
+
+def test_weights_by_distance_of_a_previous_token_pattern():
+    weights = pattern(6, [(1, 1.0)])[None, None]  # (1, 1, T, T); query 0 can only look at itself
+    torch.testing.assert_close(weights_by_distance(weights)[0], torch.tensor([1 / 6, 1.0, 0.0, 0.0, 0.0, 0.0]))
+    late = torch.tensor([[False, False, False, True, True, False]])  # queries 3 and 4
+    distances = weights_by_distance(weights, late)[0]
+    torch.testing.assert_close(distances[:5], torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0]))
+    assert math.isnan(distances[5]), "no chosen query reaches 5 positions back"
+
+
+def test_weights_by_distance_refuses_bad_input():
+    with pytest.raises(ValueError, match="no query position to average over"):
+        weights_by_distance(torch.ones(1, 1, 3, 3) / 3, torch.zeros(1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"positions must be a boolean tensor of shape \(B, T\) = \(1, 3\)"):
+        weights_by_distance(torch.ones(1, 1, 3, 3) / 3, torch.ones(1, 3))
+    with pytest.raises(TypeError, match="floating-point"):
+        weights_by_distance([[1.0]])
+
+
 def test_previous_occurrence_is_the_most_recent():
     tokens = torch.tensor([[5, 5, 2, 5, 2]])
     assert previous_occurrence(tokens).tolist() == [[-1, 0, -1, 1, 2]]
@@ -398,6 +479,47 @@ def test_training_is_deterministic():
     assert log == log_again
     assert len(log.losses) == len(log.first_copy_losses) == len(log.second_copy_losses) == 5
     assert not first.training, "train leaves the model in eval mode"
+
+
+def test_training_batches_are_the_batches_train_draws():
+    settings = dict(steps=4, batch_size=8, seed=3, length=16, block_lengths=(3, 4, 5, 6))
+    trained, replayed = small_model(), small_model()
+    log = train(trained, learning_rate=1e-2, **settings)
+    optimizer = torch.optim.Adam(replayed.parameters(), lr=1e-2)
+    replayed.train()
+    batches = list(training_batches(vocab_size=20, **settings))
+    assert len(batches) == 4 and all(batch.tokens.shape == (8, 16) for batch in batches)
+    for step, batch in enumerate(batches):  # the same loop as train, fed by training_batches
+        loss = next_token_losses(replayed(batch.tokens), batch.tokens).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        assert loss.item() == log.losses[step]
+
+
+def test_training_batches_default_to_the_shipped_settings():
+    first = next(training_batches())
+    settings = shipped_record()["settings"]
+    assert first.tokens.shape == (settings["batch_size"], settings["max_length"])
+    assert int(first.tokens.max()) < settings["vocab_size"]
+    assert set(first.block_length.tolist()) <= set(settings["block_lengths"])
+    again = next(training_batches(seed=settings["seed"]))
+    assert torch.equal(first.tokens, again.tokens)
+
+
+@pytest.mark.parametrize(
+    "arguments, error, message",
+    [
+        (dict(steps=0), ValueError, "steps must be at least 1"),
+        (dict(batch_size=1.5), TypeError, "batch_size must be an integer"),
+        (dict(seed=None), TypeError, "seed must be an integer"),
+        (dict(length=10, block_lengths=6), ValueError, "every block length must be at most 5"),
+        (dict(length=40, vocab_size=30), ValueError, "vocab_size must be at least 40"),
+    ],
+)
+def test_training_batches_refuse_bad_arguments(arguments, error, message):
+    with pytest.raises(error, match=message):
+        next(training_batches(**arguments))
 
 
 def test_a_short_training_run_learns_to_use_the_repeat():

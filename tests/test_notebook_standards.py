@@ -8,7 +8,7 @@ from tests.notebooks import LESSONS, code_cells, load, tags
 
 # How a notebook's title starts -> its objectives' heading and the chapter part of its exercise ids:
 # lessons have "5.1", the PyTorch primer (an interlude between lessons 5 and 6) "P.1".
-CHAPTERS = {"# Lesson ": ("In this lesson you will", r"\d"), "# Interlude: ": ("In this interlude you will", "P")}
+CHAPTERS = {"# Lesson ": ("In this lesson you will", r"\d+"), "# Interlude: ": ("In this interlude you will", "P")}
 MACHINE_PATH = re.compile(r"(/root/|/home/\w+|/Users/\w+|/tmp/(?!ipykernel)|/work/|[A-Z]:\\\\)")
 
 
@@ -79,7 +79,7 @@ def test_lesson_structure(notebook):
     objectives, chapter = CHAPTERS[title]
     assert objectives in markdown, "objectives at the top"
     assert "## Summary" in markdown
-    exercise = rf":::\{{exercise\}} ({chapter})\.(\d): .*\n:label: (\S+)\n:nonumber:"
+    exercise = rf":::\{{exercise\}} ({chapter})\.(\d+): .*\n:label: (\S+)\n:nonumber:"
     exercises = re.findall(exercise, markdown)
     assert 2 <= len(exercises) <= 4, f"2-4 exercises titled 'L.N: ...', found {len(exercises)}"
     for lesson, number, label in exercises:

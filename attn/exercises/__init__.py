@@ -8,7 +8,19 @@ exercises, write ``lessonNN.py`` and add it to the import below (the PyTorch pri
 ``primer.py``, with ids "P.1", "P.2").
 """
 
-from attn.exercises import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, primer  # noqa: F401
+from attn.exercises import (  # noqa: F401
+    lesson01,
+    lesson02,
+    lesson03,
+    lesson04,
+    lesson05,
+    lesson06,
+    lesson07,
+    lesson08,
+    lesson09,
+    lesson10,
+    primer,
+)
 from attn.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict
 
 __all__ = ["EXERCISES", "check", "exercise", "exercise_ids", "verdict"]

@@ -409,18 +409,7 @@ def induction_scores(weights, tokens, positions=None):
 
     positions: optional (B, T) bool, the queries to average over (intersected with those above).
     """
-    weights = _check_weights(weights)
-    batch, _, length, _ = weights.shape
-    if not isinstance(tokens, torch.Tensor) or tokens.shape != (batch, length):
-        raise ValueError(f"tokens must be a tensor of shape (B, T) = {(batch, length)}")
-    earlier = previous_occurrence(tokens).to(weights.device)  # (B, T)
-    chosen = earlier >= 0
-    if positions is not None:
-        chosen = chosen & _check_positions(positions, batch, length)
-    target = (earlier + 1).clamp(max=length - 1)  # (B, T): the key an induction head should weigh
-    index = target[:, None, :, None].expand(-1, weights.shape[1], -1, 1)  # (B, H, T, 1)
-    on_target = weights.gather(-1, index)[..., 0]  # (B, H, T)
-    return _masked_head_mean(on_target, chosen)
+    return _weight_after_previous_occurrence(weights, tokens, positions, offset=1)
 
 
 def duplicate_token_scores(weights, tokens, positions=None):
@@ -429,17 +418,23 @@ def duplicate_token_scores(weights, tokens, positions=None):
 
     positions: optional (B, T) bool, the queries to average over (intersected with those above).
     """
+    return _weight_after_previous_occurrence(weights, tokens, positions, offset=0)
+
+
+def _weight_after_previous_occurrence(weights, tokens, positions, offset):
+    """(H,): each head's mean weight on key j + offset, j the previous occurrence of the query's token."""
     weights = _check_weights(weights)
-    batch, _, length, _ = weights.shape
+    batch, heads, length, _ = weights.shape
     if not isinstance(tokens, torch.Tensor) or tokens.shape != (batch, length):
         raise ValueError(f"tokens must be a tensor of shape (B, T) = {(batch, length)}")
-    earlier = previous_occurrence(tokens).to(weights.device)  # (B, T)
+    earlier = previous_occurrence(tokens).to(weights.device)  # (B, T): -1 where none
     chosen = earlier >= 0
     if positions is not None:
         chosen = chosen & _check_positions(positions, batch, length)
-    index = earlier.clamp(min=0)[:, None, :, None].expand(-1, weights.shape[1], -1, 1)  # (B, H, T, 1)
-    on_earlier = weights.gather(-1, index)[..., 0]  # (B, H, T)
-    return _masked_head_mean(on_earlier, chosen)
+    target = (earlier + offset).clamp(0, length - 1)  # (B, T): the key the pattern predicts
+    index = target[:, None, :, None].expand(-1, heads, -1, 1)  # (B, H, T, 1)
+    on_target = weights.gather(-1, index)[..., 0]  # (B, H, T)
+    return _masked_head_mean(on_target, chosen)
 
 
 def weights_by_distance(weights, positions=None):

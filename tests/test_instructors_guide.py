@@ -1,51 +1,69 @@
-"""The instructors' guide (book/instructors.md) is true of the course: one outcome row per notebook, schedules
-whose minutes add up to their sessions and agree with the reading times, every exercise placed exactly once,
-and a running-time table measured for every notebook."""
+"""The instructors' guide (book/instructors.md) agrees with the notebooks in lessons/.
 
+Everything expected is read from the notebooks themselves, so a new lesson or exercise fails
+here until the guide has it: one outcome row per notebook, in reading order; session tables
+whose minutes add up to their stated total and session length, with every lesson given its
+reading time; every exercise placed exactly once in each schedule, in a session that teaches
+its lesson; and the measured running times included, with one row per notebook.
+"""
+
+import functools
 import re
 
 import pytest
 
-from attn.exercises import exercise_ids
-from tests.notebooks import ROOT, load
+from tests.notebooks import LESSONS, ROOT, load
 
 GUIDE = ROOT / "book" / "instructors.md"
 TIMES = ROOT / "book" / "lesson_times.md"
+SCHEDULES = {"Workshop": "### Workshop", "Weekly course": "### Weekly course"}
+EXERCISE_HEADING = re.compile(r"^:::\{exercise\} ([0-9A-Z]+\.[0-9]+):", flags=re.MULTILINE)
+CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([0-9A-Z]+\.[0-9]+)["']""")
+SESSION_HEADING = re.compile(r"^\*\*((?:Session|Week) (\d+)\b.*) \((\d+) minutes\)\*\*$", flags=re.MULTILINE)
+LESSON_ITEM = re.compile(r"(Lesson \d+|Interlude): ")  # a schedule item that is a whole notebook
+PLACEMENT = re.compile(r"(?:in class, (session|week) (\d+)|homework after (session|week) (\d+)|pre-work)")
 
 
-def toc_notebooks():
-    """The lesson notebooks in reading order (the order of _toc.yml)."""
-    stems = re.findall(r"file: lessons/(\S+)", (ROOT / "_toc.yml").read_text())
-    return [ROOT / "lessons" / f"{stem}.ipynb" for stem in stems]
+@functools.cache
+def notebook(path):
+    cells = load(path)["cells"]
+    return {
+        kind: "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == kind) for kind in ("markdown", "code")
+    }
 
 
-def title(notebook):
+def title(path):
     """A notebook's first heading, without the '# '."""
-    for cell in load(notebook)["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "markdown" and source.startswith("# "):
-            return source.splitlines()[0][2:].strip()
-    raise AssertionError(f"{notebook.name} has no title")
+    heading = re.search(r"^# (.+)$", notebook(path)["markdown"], flags=re.MULTILINE)
+    assert heading, f"{path.name} has no title"
+    return heading.group(1).strip()
+
+
+def exercises(path):
+    """The exercise ids a notebook asks, from its exercise headings and its check calls."""
+    return set(EXERCISE_HEADING.findall(notebook(path)["markdown"])) | set(CHECK_CALL.findall(notebook(path)["code"]))
 
 
 def section(text, heading):
-    """The text under a '## ' or '### ' heading, up to the next heading of the same or a higher level."""
+    """The text under the heading line that starts with ``heading``, up to the next heading of its level or higher."""
     level = heading.split(" ")[0]
-    start = text.index(heading + "\n")
-    rest = text[start + len(heading) + 1 :]
-    following = re.search(rf"^#{{1,{len(level)}}} ", rest, flags=re.MULTILINE)
-    return rest[: following.start()] if following else rest
+    start = re.search(rf"^{re.escape(heading)}.*$", text, flags=re.MULTILINE)
+    assert start, f"the guide has no section {heading!r}"
+    rest = text[start.end() :]
+    end = re.search(rf"^#{{1,{len(level)}}} ", rest, flags=re.MULTILINE)
+    return rest[: end.start()] if end else rest
 
 
-def table_rows(text):
-    """The cells of every Markdown table row in ``text``, header and separator rows left out."""
-    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in text.splitlines() if line.startswith("|")]
-    headers = ("Reading", "Minutes", "Why there", "Running time (s)")
-    return [row for row in rows if not set("".join(row)) <= set("-: ") and row[-1] not in headers]
-
-
-def minutes(cell):
-    return int(cell.strip("*").removesuffix(" min"))
+def tables(text):
+    """Every Markdown table in ``text`` as (header cells, body rows of cells), in order."""
+    found, lines = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            lines.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif lines:
+            found.append((lines[0], [row for row in lines[1:] if not set("".join(row)) <= set("-: ")]))
+            lines = []
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -56,57 +74,96 @@ def guide():
 @pytest.fixture(scope="module")
 def reading(guide):
     """Notebook title -> reading minutes, from the outcomes table."""
-    return {row[0]: minutes(row[2]) for row in table_rows(section(guide, "## Outcomes and reading time"))}
+    header, rows = tables(section(guide, "## Outcomes and reading time"))[0]
+    assert header == ["Notebook", "After it, a learner can", "Reading (min)"]
+    result = {}
+    for name, outcome, minutes in rows:
+        link = re.fullmatch(r"\{doc\}`(.+) <\.\./lessons/(\w+)>`", name)
+        assert link, f"outcome row {name!r} does not link to its notebook"
+        assert (ROOT / "lessons" / f"{link.group(2)}.ipynb") in LESSONS, f"{name}: no such notebook"
+        assert link.group(1) == title(ROOT / "lessons" / f"{link.group(2)}.ipynb"), f"{name}: not the notebook's title"
+        assert len(outcome.split()) >= 8, f"{name}: say what a learner can do afterwards"
+        result[link.group(1)] = int(minutes)
+    return result
 
 
-def test_one_outcome_row_per_notebook_in_reading_order(reading):
-    assert list(reading) == [title(notebook) for notebook in toc_notebooks()]
+def test_one_outcome_row_per_notebook_in_reading_order(guide, reading):
+    assert list(reading) == [title(path) for path in LESSONS]
+    stated = re.search(r"(\d+) minutes of reading", section(guide, "## Outcomes and reading time"))
+    assert stated and int(stated.group(1)) == sum(reading.values()), "the stated total reading time"
 
 
-def lesson_item_minutes(item, reading):
-    """The reading minutes of the notebooks an item such as 'Lessons 1, 2 and 3' or 'The primer and lesson 6' names."""
-    if not re.match(r"(Lessons?|The primer)\b", item):
-        return None
-    lessons = {name: value for name, value in reading.items() if name.startswith("Lesson ")}
-    by_number = {re.match(r"Lesson (\d+):", name).group(1): value for name, value in lessons.items()}
-    primer = sum(value for name, value in reading.items() if name.startswith("Interlude")) if "primer" in item else 0
-    return primer + sum(by_number[number] for number in re.findall(r"\d+", item))
+def sessions(guide, schedule):
+    """(name, number, length, rows) for every session table of a schedule."""
+    text = section(guide, SCHEDULES[schedule])
+    headings = list(SESSION_HEADING.finditer(text))
+    found = []
+    for heading, following in zip(headings, [*headings[1:], None], strict=True):
+        body = text[heading.end() : following.start() if following else len(text)]
+        header, rows = tables(body)[0]
+        assert header == ["Item", "Minutes"], heading.group(0)
+        found.append((heading.group(1), int(heading.group(2)), int(heading.group(3)), rows))
+    return found
 
 
-@pytest.mark.parametrize("heading", ["### A workshop: two 150-minute sessions, and a third for Part 2",
-                                     "### A weekly course: five 90-minute sessions"])
-def test_every_schedule_adds_up_to_its_sessions(guide, reading, heading):
-    session_length = int(re.search(r"(\d+)-minute", heading).group(1))
-    running, totals = 0, 0
-    for row in table_rows(section(guide, heading)):
-        item, value = row[-2], minutes(row[-1])
-        if item == "**Total**":
-            assert running == value == session_length, f"{heading}: items add up to {running}, total says {value}"
-            running, totals = 0, totals + 1
-            continue
-        expected = lesson_item_minutes(item, reading)
-        assert expected is None or expected == value, f"{item}: {value} min, but its reading time is {expected} min"
-        running += value
-    assert running == 0 and totals >= 3, "every session ends with its total"
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_every_session_adds_up_to_its_length(guide, reading, schedule):
+    found = sessions(guide, schedule)
+    assert len(found) >= 3, f"{schedule}: no session tables found"
+    scheduled = []
+    for name, _, length, rows in found:
+        *items, (total_label, total) = rows
+        assert total_label == "**Total**", f"{name}: the last row gives the total"
+        minutes = [int(value) for _, value in items]
+        assert sum(minutes) == int(total.strip("*")) == length, f"{name}: items add up to {sum(minutes)}, total {total}"
+        for item, value in items:
+            if LESSON_ITEM.match(item):
+                assert item in reading, f"{name}: {item!r} is not a notebook's title"
+                assert int(value) == reading[item], f"{name}: {item} takes {reading[item]} min to read, not {value}"
+                scheduled.append(item)
+    assert len(scheduled) == len(set(scheduled)), f"{schedule} teaches a notebook twice"
 
 
-def test_every_exercise_is_placed_once_under_its_own_title(guide):
-    rows = table_rows(section(guide, "## Where each exercise belongs"))
+def test_the_weekly_course_covers_every_notebook(guide, reading):
+    taught = [item for *_, rows in sessions(guide, "Weekly course") for item, _ in rows if item in reading]
+    assert sorted(taught) == sorted(reading)
+
+
+def test_every_exercise_is_placed_once_in_each_schedule(guide):
+    asked = {exercise: path for path in LESSONS for exercise in exercises(path)}
+    assert all(exercises(path) for path in LESSONS), "every notebook asks exercises; were they not found?"
+    header, rows = tables(section(guide, "## Where each exercise belongs"))[0]
+    assert header == ["Exercise", *SCHEDULES, "Why it suits homework"]
     placed = [row[0].split(" ", 1)[0] for row in rows]
-    assert sorted(placed) == sorted(exercise_ids()), "each registered exercise once, and nothing else"
-    titles = {}
-    for notebook in toc_notebooks():
-        markdown = "".join("".join(cell["source"]) for cell in load(notebook)["cells"] if cell["cell_type"] == "markdown")
-        titles.update(re.findall(r":::\{exercise\} (\S+): (.*)", markdown))
-    assert placed == list(titles), "in the order the course asks them"
-    for row in rows:
-        exercise, name = row[0].split(" ", 1)
-        assert name == titles[exercise], f"{exercise} is titled {titles[exercise]!r} in its lesson"
-        assert row[1] in ("in class", "homework") and row[2], row
+    assert sorted(placed) == sorted(asked), "every exercise of the notebooks once, and nothing else"
+    taught = {
+        schedule: {
+            (kind.split(" ")[0].lower(), number): {item for item, _ in rows}
+            for kind, number, _, rows in sessions(guide, schedule)
+        }
+        for schedule in SCHEDULES
+    }
+    for exercise, *where, reason in rows:
+        lesson = title(asked[exercise.split(" ", 1)[0]])
+        for schedule, place in zip(SCHEDULES, where, strict=True):
+            match = PLACEMENT.fullmatch(place)
+            assert match, f"{exercise}, {schedule}: {place!r} is not 'in class, ...', 'homework after ...' or 'pre-work'"
+            if place == "pre-work":
+                assert all(lesson not in items for items in taught[schedule].values()), f"{exercise}: its lesson is taught"
+                continue
+            kind, number = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+            items = taught[schedule].get((kind, int(number)))
+            assert items is not None, f"{exercise}, {schedule}: there is no {kind} {number}"
+            assert lesson in items, f"{exercise}, {schedule}: {kind} {number} does not teach {lesson}"
+        at_home = any(not place.startswith("in class") for place in where)
+        assert bool(reason) == at_home, f"{exercise}: a reason for homework, and only for homework"
 
 
-def test_running_times_are_measured_for_every_notebook(guide):
-    assert "```{include} lesson_times.md\n```" in guide
-    rows = table_rows(TIMES.read_text())
-    assert [row[0] for row in rows] == [title(notebook) for notebook in toc_notebooks()]
-    assert all(0 < int(row[1]) < 60 for row in rows), "every lesson runs in under a minute"
+def test_running_times_are_included_with_one_row_per_notebook(guide):
+    assert "```{include} lesson_times.md\n```" in section(guide, "## Running times")
+    if not TIMES.exists():
+        pytest.skip("book/lesson_times.md is written by python -m attn.execute --times book/lesson_times.md")
+    header, rows = tables(TIMES.read_text())[0]
+    assert header == ["Notebook", "Running time (s)"]
+    assert [name for name, _ in rows] == [title(path) for path in LESSONS]
+    assert all(seconds.isdigit() for _, seconds in rows)

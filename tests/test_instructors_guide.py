@@ -21,7 +21,8 @@ EXERCISE_HEADING = re.compile(r"^:::\{exercise\} ([0-9A-Z]+\.[0-9]+):", flags=re
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([0-9A-Z]+\.[0-9]+)["']""")
 SESSION_HEADING = re.compile(r"^\*\*((?:Session|Week) (\d+)\b.*) \((\d+) minutes\)\*\*$", flags=re.MULTILINE)
 LESSON_ITEM = re.compile(r"(Lesson \d+|Interlude): ")  # a schedule item that is a whole notebook
-PLACEMENT = re.compile(r"(?:in class, (session|week) (\d+)|homework after (session|week) (\d+)|pre-work)")
+PLACEMENT = re.compile(r"(?:(class|home), ([SW])(\d+)|pre-work)")  # "class, S2": in class in session 2; W: a week
+SESSION_KINDS = {"S": "session", "W": "week"}
 
 
 @functools.cache
@@ -147,15 +148,15 @@ def test_every_exercise_is_placed_once_in_each_schedule(guide):
         lesson = title(asked[exercise.split(" ", 1)[0]])
         for schedule, place in zip(SCHEDULES, where, strict=True):
             match = PLACEMENT.fullmatch(place)
-            assert match, f"{exercise}, {schedule}: {place!r} is not 'in class, ...', 'homework after ...' or 'pre-work'"
+            assert match, f"{exercise}, {schedule}: {place!r} is not 'class, S1', 'home, W2' (say) or 'pre-work'"
             if place == "pre-work":
                 assert all(lesson not in items for items in taught[schedule].values()), f"{exercise}: its lesson is taught"
                 continue
-            kind, number = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+            kind, number = SESSION_KINDS[match.group(2)], match.group(3)
             items = taught[schedule].get((kind, int(number)))
             assert items is not None, f"{exercise}, {schedule}: there is no {kind} {number}"
             assert lesson in items, f"{exercise}, {schedule}: {kind} {number} does not teach {lesson}"
-        at_home = any(not place.startswith("in class") for place in where)
+        at_home = any(not place.startswith("class") for place in where)
         assert bool(reason) == at_home, f"{exercise}: a reason for homework, and only for homework"
 
 

@@ -96,3 +96,16 @@ def test_ignored_outputs_are_machine_dependent(notebook):
         if "nbval-ignore-output" in tags(cell):
             source = "".join(cell["source"]).lower()
             assert any(word in source for word in machine_words), f"ignored output without a reason: {source[:80]}"
+
+
+# Code lines must fit the book's column (about 80 characters), or they are cut on screen and lost on paper.
+# Lessons written to that width are held to it here; the older lessons join as they are rewrapped.
+COLUMN = 80
+WITHIN_THE_COLUMN = ["11_inside_the_kernel"]
+
+
+@pytest.mark.parametrize("stem", WITHIN_THE_COLUMN)
+def test_code_fits_the_column(stem):
+    cells = code_cells(load(next(path for path in LESSONS if path.stem == stem)))
+    too_wide = [line for cell in cells for line in "".join(cell["source"]).splitlines() if len(line) > COLUMN]
+    assert not too_wide, too_wide

@@ -779,7 +779,7 @@ def summary_lines(result):
         where = f"explicit path, d={entry['head_dim']}{' causal' if entry['causal'] else ''}:"
         if entry["within_sweep"]:
             lines.append(f"{where} out of memory at T={entry['first_out_of_memory_length']}, "
-                         f"last ran T={entry['last_length_that_ran']} (peak {entry['peak_mib_of_last'] or 0:.0f} MiB)")
+                         f"last ran T={entry['last_length_that_ran']} (peak {(entry['peak_mib_of_last'] or 0) / 1024:.1f} GiB)")
         else:
             lines.append(f"{where} no out of memory up to T={result['sizes']['lengths'][-1]}")
     ratios = [f"{row['mode']}{' causal' if row['causal'] else ''} {row['ratio']:.2f}" if row["ratio"] is not None

@@ -35,6 +35,15 @@ def core_series(result, impl, head_dim, causal):
     return sorted(rows, key=lambda row: row["length"])
 
 
+def legend_below(figure, ncol=2):
+    """One legend under the figure for the lines of all its panels, each label once, so that no line is covered."""
+    handles = {}
+    for axis in figure.axes:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    figure.legend(handles.values(), handles.keys(), loc="outside lower center", ncol=ncol)
+
+
 def length_ticks(axis, lengths):
     axis.set_xticks(lengths, labels=[f"{length // 1024}k" if length >= 1024 else str(length) for length in lengths])
     axis.minorticks_off()
@@ -47,7 +56,7 @@ def out_of_memory_entry(result, head_dim, causal):
 
 def plot_time_and_memory(result, head_dim, causal=False):
     """Two stacked log-log panels against T: median time, then peak memory; the explicit path's OOM marked."""
-    figure, (time_axis, memory_axis) = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 7.6), layout="constrained")
+    figure, (time_axis, memory_axis) = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 9), layout="constrained")
     for impl in IMPLEMENTATIONS:
         rows = core_series(result, impl, head_dim, causal)
         if rows:
@@ -68,8 +77,7 @@ def plot_time_and_memory(result, head_dim, causal=False):
     memory_axis.set(xlabel="sequence length T", ylabel="peak memory (GiB)", title="Peak memory")
     for axis in (time_axis, memory_axis):
         length_ticks(axis, result["sizes"]["lengths"])
-    time_axis.legend(ncol=2)
-    memory_axis.legend(ncol=2)
+    legend_below(figure)
     figure.suptitle(run_label(result))
     return figure
 
@@ -94,8 +102,7 @@ def plot_throughput(result, causal=False):
         axis.set(ylabel="TFLOP/s", title=f"d = {head_dim}", ylim=(0, None))
         length_ticks(axis, result["sizes"]["lengths"])
     axes[-1, 0].set_xlabel("sequence length T")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside lower center", ncol=2)
+    legend_below(figure)
     counted = "causal work counted as half" if causal else "non-causal"
     figure.suptitle(f"Attention core throughput ({counted})\n{run_label(result)}")
     return figure
@@ -105,7 +112,7 @@ def plot_layer_ratios(result):
     """One bar per case: the course's layer's median time over nn.MultiheadAttention's (1 = the same)."""
     rows = [row for row in result["layer"] if row["ratio"] is not None]
     names = [f"{row['mode']}\n{'causal' if row['causal'] else 'non-causal'}" for row in rows]
-    figure, axis = plt.subplots(figsize=(COLUMN_WIDTH, 4.2), layout="constrained")
+    figure, axis = plt.subplots(figsize=(COLUMN_WIDTH, 4.6), layout="constrained")
     ratios = [row["ratio"] for row in rows]
     axis.barh(range(len(rows)), ratios, color=PALETTE[0])
     axis.axvline(1.0, color=GUIDE, linestyle="--", label="the same time")
@@ -117,14 +124,14 @@ def plot_layer_ratios(result):
     shape = result["sizes"]["layer"]
     axis.set(xlabel="ours / nn.MultiheadAttention (median time)",
              title=f"Whole layer, B = {shape['batch']}, T = {shape['length']}, E = {shape['embed_dim']}, H = {shape['heads']}")
-    axis.legend(loc="lower right")
+    legend_below(figure)
     figure.suptitle(run_label(result))
     return figure
 
 
 def plot_decode_bandwidth(result):
     """Achieved bandwidth against the cache length: one decoding step of the layer, and attention alone, against HBM."""
-    figure, axis = plt.subplots(figsize=(COLUMN_WIDTH, 4.6), layout="constrained")
+    figure, axis = plt.subplots(figsize=(COLUMN_WIDTH, 5.2), layout="constrained")
     rows = [row for row in result["decode"] if row.get("layer_step", {}).get("status") == "ok"]
     lengths = [row["cache_length"] for row in rows]
     axis.semilogx(lengths, [row["layer_step"]["tb_per_s"] for row in rows], "o-", color=PALETTE[0],
@@ -141,6 +148,6 @@ def plot_decode_bandwidth(result):
     axis.set(xlabel="cached positions", ylabel="TB/s (cache bytes read / time)", ylim=(0, None),
              title="Decoding: bandwidth reading the KV cache")
     length_ticks(axis, result["sizes"]["decode"]["cache_lengths"])
-    axis.legend()
+    legend_below(figure)
     figure.suptitle(run_label(result))
     return figure

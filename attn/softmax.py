@@ -47,19 +47,26 @@ def softmax(x, axis=-1):
     everywhere has nothing to attend to and gets all-zero weights, not NaN.
     NaN and ``+inf`` cannot be given a meaning and raise ``ValueError``.
     """
-    scores = as_float_array(x, "softmax input")
+    scores, axis = checked_scores(x, axis, "softmax input")
+    return softmax_in_place(scores.copy(), axis)
+
+
+def checked_scores(x, axis, name):
+    """``x`` as a float array and ``axis`` as an index, if a softmax can be taken along it.
+
+    ValueError/TypeError naming ``name`` for a scalar, an empty axis, NaN or +inf (-inf is a masked score).
+    """
+    scores = as_float_array(x, name)
     if scores.ndim == 0:
-        raise ValueError("softmax needs at least one axis, got a scalar")
+        raise ValueError(f"{name} needs at least one axis, got a scalar")
     axis = _checked_axis(axis, scores.ndim, scores.shape)
     if scores.shape[axis] == 0:
-        raise ValueError(f"softmax needs at least one entry along axis {axis}, got shape {scores.shape}")
+        raise ValueError(f"{name} needs at least one entry along axis {axis}, got shape {scores.shape}")
     largest = np.max(scores, initial=-np.inf)  # NaN if there is any NaN; +inf if there is any +inf
     if np.isnan(largest) or np.isposinf(largest):
         bad = "NaN" if np.isnan(largest) else "+inf"
-        raise ValueError(
-            f"softmax input of shape {scores.shape} contains {bad}; only finite values and -inf (masked) are allowed"
-        )
-    return softmax_in_place(scores.copy(), axis)
+        raise ValueError(f"{name} of shape {scores.shape} contains {bad}; only finite values and -inf (masked) are allowed")
+    return scores, axis
 
 
 def softmax_in_place(scores, axis=-1):

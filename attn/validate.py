@@ -192,3 +192,39 @@ def check_rotary_arguments(x, positions, base):
         raise ValueError(f"positions of shape {tuple(positions.shape)} must be (T,) or broadcast to x.shape[:-1] = {leading}")
     if positions.is_floating_point() and not torch.isfinite(positions).all():
         raise ValueError("positions contains NaN or inf")
+
+
+FLASH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
+    """The arguments of lesson 11's tiled attention; returns (block_q, block_k) as ints.
+
+    query (B, H, T_q, d), key and value (B, H, T_k, d): one dtype and device, floating point, finite;
+    T_q, T_k and d at least 1. Blocks are positive ints (a block larger than T is allowed: one tile).
+    """
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_tensor(name, tensor)
+        require_floating(name, tensor)
+        if tensor.dtype not in FLASH_DTYPES:
+            raise TypeError(f"{name} is {tensor.dtype}; tiled attention takes float16, bfloat16, float32 or float64")
+        if tensor.dim() != 4 or 0 in tensor.shape:
+            raise ValueError(f"{name} must have shape (B, H, T, d) with no size 0, got {tuple(tensor.shape)}")
+    if key.shape != value.shape or key.shape[:2] != query.shape[:2] or key.shape[-1] != query.shape[-1]:
+        raise ValueError(
+            f"query (B, H, T_q, d) and key, value (B, H, T_k, d) must agree in B, H and d: query "
+            f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    for name, tensor in (("key", key), ("value", value)):
+        if tensor.dtype != query.dtype or tensor.device != query.device:
+            raise TypeError(
+                f"{name} is {tensor.dtype} on {tensor.device} but query is {query.dtype} on {query.device}; "
+                f"convert it with {name}.to(query)"
+            )
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)} {is_causal!r}")
+    if query.device.type == "meta":
+        raise ValueError("query, key and value are on the meta device, which holds shapes but no numbers to attend over")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_finite(name, tensor)
+    return positive_int("block_q", block_q), positive_int("block_k", block_k)

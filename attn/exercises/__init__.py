@@ -19,6 +19,7 @@ from attn.exercises import (  # noqa: F401
     lesson08,
     lesson09,
     lesson10,
+    lesson11,
     primer,
 )
 from attn.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

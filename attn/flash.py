@@ -1,0 +1,215 @@
+"""Lesson 11, inside the fused kernel: the online softmax, attention in tiles, and a backward that recomputes.
+
+``online_softmax`` (NumPy) reads each row in blocks, keeping a running maximum and sum. ``tiled_attention``
+(PyTorch) is FlashAttention's forward written with Python loops over tiles of queries and keys: it never
+holds more than one block_q x block_k tile of scores, and returns each row's log-sum-exp beside the
+output. ``flash_attention`` is the same forward with a backward pass that recomputes each tile's weights
+from that log-sum-exp instead of storing them. ``attn.triton_kernels.flash_forward`` is the forward as a
+GPU kernel. Causal alignment, the padding convention and empty rows are as in ``MultiHeadAttention``.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attn.masks import as_padding_keep_mask
+from attn.softmax import checked_scores
+from attn.validate import check_flash_inputs, positive_int
+
+NEG_INF = float("-inf")
+
+
+# The online softmax (NumPy) ---------------------------------------------------------------
+
+
+def online_softmax(scores, block_size):
+    """Softmax along the last axis, reading each row block by block: equal to ``attn.softmax(scores)``.
+
+    scores (..., n) -> weights (..., n). One pass over the blocks keeps each row's running maximum and
+    running sum of exps, rescaling the sum whenever a block raises the maximum; a second pass writes
+    the weights. -inf entries get weight 0; a row that is all -inf gets zeros.
+    """
+    scores, _ = checked_scores(scores, -1, "scores")
+    block_size = positive_int("block_size", block_size)
+    running_max = np.full(scores.shape[:-1] + (1,), -np.inf, dtype=scores.dtype)  # (..., 1)
+    running_sum = np.zeros_like(running_max)  # (..., 1)
+    for start in range(0, scores.shape[-1], block_size):
+        block = scores[..., start:start + block_size]  # (..., <= block_size)
+        new_max = np.maximum(running_max, block.max(axis=-1, keepdims=True))
+        shift = _finite_shift(new_max)
+        rescale = np.exp(running_max - shift)  # exp(m_old - m_new): the old sum in the new units
+        running_sum = running_sum * rescale + np.exp(block - shift).sum(axis=-1, keepdims=True)
+        running_max = new_max
+    total = np.where(running_sum > 0, running_sum, 1.0)  # an all -inf row: 0 / 1, not 0 / 0
+    return np.exp(scores - _finite_shift(running_max)) / total
+
+
+def _finite_shift(row_max):
+    """The maximum to subtract from a row, or 0 where the row has no finite score yet (NumPy or torch)."""
+    if isinstance(row_max, np.ndarray):
+        return np.where(np.isneginf(row_max), 0.0, row_max).astype(row_max.dtype)
+    return row_max.masked_fill(row_max == NEG_INF, 0.0)
+
+
+# Tiles of queries and keys (PyTorch) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How T_q x T_k attention is cut into tiles, and which keys each query may see.
+
+    padding: (B, 1, 1, T_k) keep-mask or None. With is_causal, query i stands at key position
+    T_k - T_q + i (aligned to the end of the keys, as in MultiHeadAttention).
+    """
+
+    t_q: int
+    t_k: int
+    block_q: int
+    block_k: int
+    is_causal: bool = False
+    padding: torch.Tensor | None = None
+
+    def query_tiles(self):
+        """Row slices 0:block_q, block_q:2 * block_q, ...; the last may be shorter."""
+        return _slices(0, self.t_q, self.block_q)
+
+    def key_tiles(self, rows):
+        """The key slices query tile ``rows`` reads: causal tiles after its last query are skipped."""
+        offset = self.t_k - self.t_q  # query i stands at key position offset + i
+        end = min(self.t_k, offset + rows.stop) if self.is_causal else self.t_k
+        return _slices(0, end, self.block_k)
+
+    def mask(self, scores, rows, cols):
+        """``scores`` (B, H, rows, cols) with -inf where a key is padding or in a query's future."""
+        keep = None if self.padding is None else self.padding[..., cols]
+        offset = self.t_k - self.t_q
+        if self.is_causal and cols.stop - 1 > offset + rows.start:  # crosses the diagonal
+            device = scores.device
+            query_at = torch.arange(rows.start, rows.stop, device=device) + offset
+            key_at = torch.arange(cols.start, cols.stop, device=device)
+            causal = key_at[None, :] <= query_at[:, None]  # (rows, cols)
+            keep = causal if keep is None else keep & causal
+        return scores if keep is None else scores.masked_fill(~keep, NEG_INF)
+
+
+def _slices(start, stop, step):
+    return [slice(first, min(first + step, stop)) for first in range(start, stop, step)]
+
+
+def compute_dtype(dtype):
+    """Tiles are computed in float32 at least (as GPU kernels do for 16-bit inputs); float64 stays."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def tiled_attention(query, key, value, is_causal=False, key_padding_mask=None, block_q=64, block_k=64):
+    """FlashAttention's forward: softmax(Q K^T / sqrt(d)) V one tile of queries and keys at a time.
+
+    query (B, H, T_q, d); key, value (B, H, T_k, d); key_padding_mask (B, T_k), True = real token;
+    is_causal: query i sees keys up to T_k - T_q + i. Returns output (B, H, T_q, d), in the query's
+    dtype, and logsumexp (B, H, T_q), log sum_j exp(score_ij) over the allowed keys, in float32 or
+    float64. A row with no allowed key gives a zero output and logsumexp -inf. At most one
+    block_q x block_k tile of scores exists at a time.
+    """
+    tiling = _tiling(query, key, value, is_causal, key_padding_mask, block_q, block_k)
+    return forward_tiles(query, key, value, tiling)
+
+
+def _tiling(query, key, value, is_causal, key_padding_mask, block_q, block_k):
+    """Check the arguments of tiled_attention and flash_attention; return their Tiling."""
+    block_q, block_k = check_flash_inputs(query, key, value, is_causal, block_q, block_k)
+    padding = None
+    if key_padding_mask is not None:  # (B, T_k) -> (B, 1, 1, T_k)
+        padding = as_padding_keep_mask(key_padding_mask, key.shape[0], key.shape[2], key.device)
+    return Tiling(query.shape[2], key.shape[2], block_q, block_k, is_causal, padding)
+
+
+def forward_tiles(query, key, value, tiling):
+    """The loops of ``tiled_attention``: (output (B, H, T_q, d), logsumexp (B, H, T_q))."""
+    dtype = compute_dtype(query.dtype)
+    scale = 1 / math.sqrt(query.shape[-1])
+    outputs, logsumexps = [], []
+    for rows in tiling.query_tiles():
+        q_tile = query[:, :, rows].to(dtype) * scale  # (B, H, bq, d)
+        row_max = q_tile.new_full(q_tile.shape[:-1] + (1,), NEG_INF)
+        row_sum = torch.zeros_like(row_max)  # (B, H, bq, 1)
+        accumulated = torch.zeros_like(q_tile)  # (B, H, bq, d)
+        for cols in tiling.key_tiles(rows):
+            k_tile = key[:, :, cols].to(dtype)  # (B, H, bk, d)
+            scores = q_tile @ k_tile.transpose(-2, -1)  # (B, H, bq, bk)
+            scores = tiling.mask(scores, rows, cols)
+            new_max = torch.maximum(row_max, scores.amax(-1, keepdim=True))
+            shift = _finite_shift(new_max)
+            rescale = torch.exp(row_max - shift)  # old sums, new units
+            weights = torch.exp(scores - shift)  # (B, H, bq, bk)
+            row_sum = row_sum * rescale + weights.sum(-1, keepdim=True)
+            v_tile = value[:, :, cols].to(dtype)  # (B, H, bk, d)
+            accumulated = accumulated * rescale + weights @ v_tile
+            row_max = new_max
+        tiny = torch.finfo(dtype).tiny  # a row with no key: 0 / tiny = 0
+        outputs.append(accumulated / row_sum.clamp_min(tiny))
+        logsumexps.append(_finite_shift(row_max) + row_sum.log())
+    output = torch.cat(outputs, dim=2).to(query.dtype)  # (B, H, T_q, d)
+    return output, torch.cat(logsumexps, dim=2).squeeze(-1)  # (B, H, T_q)
+
+
+# The backward pass that recomputes --------------------------------------------------------
+
+
+def backward_tiles(saved, grad_output, tiling):
+    """Gradients for query, key, value from saved = (query, key, value, output, logsumexp).
+
+    Each tile's weights P are recomputed as exp(scores - logsumexp). With dO the
+    output's gradient: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
+    dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d) (Dao et al. 2022, algorithm 4).
+    """
+    dtype = compute_dtype(saved[0].dtype)
+    q, k, v, o, grad_o = (t.to(dtype) for t in (*saved[:4], grad_output))
+    scale = 1 / math.sqrt(q.shape[-1])
+    delta = (grad_o * o).sum(-1, keepdim=True)  # (B, H, T_q, 1)
+    lse = saved[4].to(dtype)[..., None]  # (B, H, T_q, 1)
+    lse = lse.masked_fill(lse == NEG_INF, float("inf"))  # empty rows: P = 0
+    grad_q, grad_k, grad_v = (torch.zeros_like(t) for t in (q, k, v))
+    for rows in tiling.query_tiles():
+        for cols in tiling.key_tiles(rows):
+            scores = q[:, :, rows] @ k[:, :, cols].transpose(-2, -1) * scale
+            scores = tiling.mask(scores, rows, cols)  # (B, H, bq, bk)
+            weights = torch.exp(scores - lse[:, :, rows])  # recomputed
+            grad_o_tile = grad_o[:, :, rows]  # (B, H, bq, d)
+            grad_v[:, :, cols] += weights.transpose(-2, -1) @ grad_o_tile
+            grad_weights = grad_o_tile @ v[:, :, cols].transpose(-2, -1)
+            grad_scores = weights * (grad_weights - delta[:, :, rows]) * scale
+            grad_q[:, :, rows] += grad_scores @ k[:, :, cols]
+            grad_k[:, :, cols] += grad_scores.transpose(-2, -1) @ q[:, :, rows]
+    return tuple(grad.to(saved[0].dtype) for grad in (grad_q, grad_k, grad_v))
+
+
+class _FlashAttention(torch.autograd.Function):
+    """Saves query, key, value, the output and the log-sum-exp: O(T d) numbers, never the T x T weights."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, tiling):
+        output, logsumexp = forward_tiles(query, key, value, tiling)
+        ctx.save_for_backward(query, key, value, output, logsumexp)
+        ctx.tiling = tiling
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return (*backward_tiles(ctx.saved_tensors, grad_output, ctx.tiling), None)
+
+
+def flash_attention(query, key, value, is_causal=False, key_padding_mask=None, block_q=64, block_k=64):
+    """``tiled_attention``'s output, differentiable: its backward recomputes each tile's weights.
+
+    Same arguments and shapes as ``tiled_attention``; returns the output (B, H, T_q, d) only.
+    """
+    tiling = _tiling(query, key, value, is_causal, key_padding_mask, block_q, block_k)
+    return _FlashAttention.apply(query, key, value, tiling)
+
+
+def tiles_read(t_q, t_k, block_q, block_k, is_causal):
+    """How many block_q x block_k tiles a tiled kernel reads: all of them, or with is_causal fewer."""
+    tiling = Tiling(t_q, t_k, block_q, block_k, is_causal)
+    return sum(len(tiling.key_tiles(rows)) for rows in tiling.query_tiles())

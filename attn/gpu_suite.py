@@ -132,6 +132,15 @@ def nvidia_driver():
     return completed.stdout.strip().splitlines()[0] if completed.stdout.strip() else None
 
 
+def triton_kernel_status():
+    """Lesson 11's sentence on how its Triton kernel runs here (compiled, interpreted, or not at all)."""
+    if importlib.util.find_spec("attn.triton_kernels") is None:
+        return "this copy of the course has no attn/triton_kernels.py (lesson 11's kernel)"
+    from attn.triton_kernels import triton_status
+
+    return triton_status()
+
+
 def provenance(device, command):
     """Where and with what the suite ran: device, versions, date and the exact command."""
     info = {
@@ -147,6 +156,7 @@ def provenance(device, command):
         "python": platform.python_version(),
         "platform": platform.platform(),
         "driver": None,
+        "triton_kernel": triton_kernel_status(),
     }
     if device.type == "cuda":
         properties = torch.cuda.get_device_properties(device)
@@ -335,18 +345,12 @@ def sdpa_call(backend_name, causal):
 
 def triton_call(device):
     """Lesson 11's Triton kernel as (q, k, v, causal) -> output, or the sentence saying why it cannot run here."""
-    if importlib.util.find_spec("triton") is None:
-        return None, "Triton is not installed here, so lesson 11's kernel cannot run"
     if importlib.util.find_spec("attn.triton_kernels") is None:
         return None, "this copy of the course has no attn/triton_kernels.py (lesson 11's kernel)"
-    if device.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton's interpreter runs the same kernel on the CPU
-    try:
-        from attn import triton_kernels
-    except ImportError as error:
-        return None, f"lesson 11's Triton kernel could not be imported: {first_line(error)}"
-    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        return None, "on the CPU the Triton kernel needs TRITON_INTERPRET=1 set before Triton is imported"
+    from attn import triton_kernels  # imports no Triton: the launcher does, on its first call
+
+    if importlib.util.find_spec("triton") is None:
+        return None, triton_kernels.triton_status()
     return triton_kernels.flash_forward, None
 
 

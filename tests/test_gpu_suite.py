@@ -5,6 +5,7 @@ one command is known to work. The plots are drawn from a synthetic GPU-shaped re
 in the test: invented numbers that are never written to lessons/results/ and never shown in the book.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -22,7 +23,10 @@ import torch  # noqa: E402
 
 from attn import bench, gpu_plots, gpu_suite  # noqa: E402
 from attn.plotting import COLUMN_WIDTH  # noqa: E402
+from attn.triton_kernels import triton_status  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
+
+TRITON = importlib.util.find_spec("triton") is not None
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +66,12 @@ def test_the_dry_run_runs_every_part(dry_run):
                 assert row["relative_error"] < 1e-5, row
         elif impl in ("sdpa efficient", "sdpa cudnn"):
             assert row["status"] == "absent" and "CUDA kernel" in row["reason"]
-        else:  # lesson 11's kernel: run by Triton's interpreter, or absent with the sentence saying why
-            assert row["status"] == "ok" or (row["status"] == "absent" and "triton" in row["reason"].lower()), row
+        elif TRITON:  # lesson 11's kernel, run by Triton's interpreter
+            assert row["status"] == "ok" and row["tflops"] > 0, row
+            if length == result["sizes"]["lengths"][0]:
+                assert row["relative_error"] < 1e-5, row
+        else:
+            assert row["status"] == "absent" and row["reason"] == triton_status(), row
     assert result["ceilings"]["matmul"]["tflops"] > 0 and result["ceilings"]["copy"]["tb_per_s"] > 0
     assert all(row["ratio"] > 0 and row["relative_error"] < 1e-4 for row in result["layer"])
     assert all(row["layer_step"]["tb_per_s"] > 0 and row["attention_only"]["tb_per_s"] > 0 for row in result["decode"])
@@ -77,7 +85,8 @@ def test_the_dry_run_runs_the_cuda_selection_and_records_its_counts(dry_run):
     assert tests["passed"] == tests["failed"] == tests["errors"] == 0
     assert tests["skipped"] >= 40 and tests["deselected"] > 0
     assert f"{tests['skipped']} skipped" in tests["summary"]
-    assert {"tests/test_multihead.py", "tests/test_block.py", "tests/test_kvcache.py"} <= set(tests["files"])
+    assert set(tests["files"]) == {"tests/test_multihead.py", "tests/test_block.py", "tests/test_kvcache.py",
+                                   "tests/test_triton_kernel.py"}
 
 
 def test_validate_names_what_is_wrong(dry_run):
@@ -166,7 +175,7 @@ def test_pytest_summaries_are_parsed(output, summary, counts):
 
 def test_the_cuda_selection_is_every_file_with_cuda_cases():
     names = [path.name for path in gpu_suite.cuda_test_files(ROOT / "tests")]
-    assert {"test_multihead.py", "test_block.py", "test_kvcache.py"} <= set(names)
+    assert set(names) == {"test_multihead.py", "test_block.py", "test_kvcache.py", "test_triton_kernel.py"}
     assert "test_gpu_suite.py" not in names and "test_softmax.py" not in names
 
 

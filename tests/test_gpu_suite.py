@@ -336,3 +336,31 @@ def test_the_printed_table_reads_a_gpu_shaped_result(gpu_result):
     assert any(line.startswith("  sdpa cudnn") and line.endswith("refused") for line in lines)
     assert "layer, ours / nn.MultiheadAttention: forward 1.10, forward+backward 1.10, forward causal 1.10, " \
            "forward+backward causal 1.10" in lines
+
+
+# ---------------------------------------------------------------------------------------------- tools/gpu_run.sh
+
+
+def run_script(*arguments):
+    environment = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(ROOT / "tools" / "gpu_run.sh"), *arguments], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("arguments, words", [
+    ((), "usage: tools/gpu_run.sh NAME [COPY_TO]"),
+    (("two words",), "usage: tools/gpu_run.sh NAME [COPY_TO]"),
+    (("h100", "/no/such/folder"), "tools/gpu_run.sh: the folder /no/such/folder does not exist"),
+])
+def test_the_gpu_script_checks_its_arguments_first(arguments, words):
+    completed = run_script(*arguments)
+    assert completed.returncode == 2 and words in completed.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_the_gpu_script_without_a_gpu_points_to_the_dry_run():
+    completed = run_script("h100")
+    assert completed.returncode == 2
+    assert "sees no CUDA GPU here; to try the suite on the CPU, run" in completed.stderr
+    assert "--suite gpu --dry-run" in completed.stderr
+    assert not (ROOT / "lessons" / "results" / "gpu-h100.json").exists()

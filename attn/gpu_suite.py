@@ -62,9 +62,15 @@ FLOP_COUNTING = (
     "non-causal: 4 B H T^2 d (Q K^T and A V, 2 B H T^2 d each); causal: half of that, 2 B H T^2 d, because about half "
     "of the T^2 query-key pairs are masked (exactly T (T + 1) / 2 are kept) and the fused kernels skip the masked blocks"
 )
+DECODE_COUNTING = (
+    "bytes read per step: the cached keys and values, 2 B H T d x element size, at the mean cache length of the timed "
+    "steps, divided by the time per token; the course's KVCache also copies the whole cache on every append (torch.cat), "
+    "which is not counted, so the memory traffic of a layer step is larger than this"
+)
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 CPU_BACKENDS = ("flash", "math")  # PyTorch's CPU build has these two; the other two are CUDA kernels
 OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+REFUSALS = ("No available kernel", "No viable backend")  # how scaled_dot_product_attention says no to a backend
 
 
 @dataclass(frozen=True)
@@ -240,7 +246,9 @@ def attempt(function, device):
             failure = {"status": "out of memory", "reason": first_line(error)}
         except RuntimeError as error:
             said = [str(warning.message).strip() for warning in caught]
-            failure = {"status": "refused", "reason": " | ".join([*dict.fromkeys(said), first_line(error)])}
+            refused = said or any(words in str(error) for words in REFUSALS)
+            failure = {"status": "refused" if refused else "error",
+                       "reason": " | ".join([*dict.fromkeys(said), first_line(error)])}
         except Exception as error:  # noqa: BLE001  one broken case must not end a run on a borrowed GPU
             failure = {"status": "error", "reason": first_line(error)}
     free_memory(device)
@@ -364,7 +372,8 @@ def implementations(device):
         elif device.type == "cpu" and name not in CPU_BACKENDS:
             found[f"sdpa {name}"] = (None, f"absent on the CPU: {SDPA_BACKENDS[name]} is a CUDA kernel")
         else:
-            found[f"sdpa {name}"] = (lambda q, k, v, causal, name=name: sdpa_call(name, causal)(q, k, v), None)
+            calls = {causal: sdpa_call(name, causal) for causal in (False, True)}
+            found[f"sdpa {name}"] = (lambda q, k, v, causal, calls=calls: calls[causal](q, k, v), None)
     function, reason = triton_call(device)
     found["triton"] = (None if function is None else lambda q, k, v, causal: function(q, k, v, is_causal=causal), reason)
     return found
@@ -647,24 +656,31 @@ def run_suite(device, sizes, command, out, dry_run, log=print):
         "timing": {"method": "CUDA events" if device.type == "cuda" else "time.perf_counter", "statistic": "median",
                    "warmup": sizes.warmup, "repeats": sizes.repeats},
         "sizes": asdict(sizes),
+        "decode_counting": DECODE_COUNTING,
     }
     log(f"GPU suite on {result['provenance']['device_name']} ({'dry run' if dry_run else 'measuring'})")
-    log("  CUDA tests (pytest -m cuda) ...")
-    result["cuda_tests"] = run_cuda_tests(sizes.test_timeout_s)
-    write(result, out)
-    result["ceilings"] = {"matmul": matmul_ceiling(device, sizes), "copy": copy_ceiling(device, sizes)}
-    ceiling = result["ceilings"]["matmul"].get("tflops")
-    log("  ceilings: done")
-    write(result, out)
-    result["core"] = core_sweep(device, sizes, ceiling, peaks, log)
-    result["explicit_out_of_memory"] = explicit_out_of_memory(result["core"], sizes.batch, sizes.heads, sizes.dtype)
-    write(result, out)
-    result["layer"] = layer_comparison(device, sizes)
-    log("  layer against nn.MultiheadAttention: done")
-    write(result, out)
-    result["decode"] = decode_sweep(device, sizes, peaks)
-    log("  decoding with the KV cache: done")
-    result.update(complete=True, seconds=time.perf_counter() - started)
+
+    def section(name, measure_it):
+        """Run one part; if it breaks, record why (section_errors) and go on with the next part."""
+        log(f"  {name} ...")
+        try:
+            result[name] = measure_it()
+        except Exception as error:  # noqa: BLE001  one broken part must not lose the others on a borrowed GPU
+            result[name] = None
+            result["section_errors"][name] = first_line(error)
+            log(f"  {name}: FAILED, {first_line(error)}")
+        free_memory(device)
+        write(result, out)
+
+    result["section_errors"] = {}
+    section("cuda_tests", lambda: run_cuda_tests(sizes.test_timeout_s))
+    section("ceilings", lambda: {"matmul": matmul_ceiling(device, sizes), "copy": copy_ceiling(device, sizes)})
+    ceiling = (result["ceilings"] or {}).get("matmul", {}).get("tflops")
+    section("core", lambda: core_sweep(device, sizes, ceiling, peaks, log))
+    section("explicit_out_of_memory", lambda: explicit_out_of_memory(result["core"], sizes.batch, sizes.heads, sizes.dtype))
+    section("layer", lambda: layer_comparison(device, sizes))
+    section("decode", lambda: decode_sweep(device, sizes, peaks))
+    result.update(complete=not result["section_errors"], seconds=time.perf_counter() - started)
     write(result, out)
     return result
 
@@ -675,8 +691,8 @@ def run_suite(device, sizes, command, out, dry_run, log=print):
 STATUSES = {"ok", "out of memory", "refused", "absent", "skipped", "error"}
 IMPLEMENTATIONS = ("explicit", *(f"sdpa {name}" for name in SDPA_BACKENDS), "triton")
 TOP_LEVEL = {"schema": str, "dry_run": bool, "complete": bool, "provenance": dict, "peaks": dict, "flop_counting": str,
-             "timing": dict, "sizes": dict, "cuda_tests": dict, "ceilings": dict, "core": list,
-             "explicit_out_of_memory": list, "layer": list, "decode": list, "seconds": float}
+             "decode_counting": str, "timing": dict, "sizes": dict, "section_errors": dict, "cuda_tests": dict,
+             "ceilings": dict, "core": list, "explicit_out_of_memory": list, "layer": list, "decode": list, "seconds": float}
 PROVENANCE = ("device_type", "device_name", "date_utc", "command", "torch", "cuda", "cudnn", "triton", "numpy", "driver")
 
 
@@ -684,6 +700,7 @@ def validate(result):
     """Everything wrong with a suite result's shape, as sentences (an empty list: it follows SCHEMA)."""
     problems = [f"{key} is missing or not {kind.__name__}" for key, kind in TOP_LEVEL.items()
                 if not isinstance(result.get(key), kind)]
+    problems += [f"the {name} part failed: {reason}" for name, reason in (result.get("section_errors") or {}).items()]
     if problems:
         return problems
     if result["schema"] != SCHEMA:
@@ -693,7 +710,7 @@ def validate(result):
     if "status" not in result["cuda_tests"]:
         problems.append("cuda_tests has no status")
     elif result["cuda_tests"]["status"] == "ran":
-        problems += [f"cuda_tests has no {key}" for key in ("passed", "failed", "skipped", "errors", "summary")
+        problems += [f"cuda_tests has no {key}" for key in ("passed", "failed", "skipped", "errors", "summary", "failures")
                      if key not in result["cuda_tests"]]
     problems += [f"ceilings has no {key}" for key in ("matmul", "copy") if result["ceilings"].get(key, {}).get("status") is None]
     problems += core_problems(result["core"], result["sizes"])
@@ -752,43 +769,63 @@ def core_cell(rows):
     return f"{best['tflops']:.3g} ({percent(best['share_of_peak'])})"
 
 
-def summary_lines(result):
-    """The short table the suite prints last."""
-    info, peaks = result["provenance"], result["peaks"]["matched"]
-    lines = [f"GPU suite{' (DRY RUN: tiny sizes, not a measurement)' if result['dry_run'] else ''}: {info['device_name']}, "
-             f"torch {info['torch']}, CUDA {info['cuda']}, cuDNN {info['cudnn']}, Triton {info['triton']}, {info['date_utc']}"]
+def tests_lines(result):
     tests = result["cuda_tests"]
-    if tests["status"] == "ran":
-        lines.append(f"CUDA tests: {tests['passed']} passed, {tests['failed']} failed, {tests['errors']} errors, "
-                     f"{tests['skipped']} skipped  [{tests['summary']}]")
-    else:
-        lines.append(f"CUDA tests: {tests['status']} ({tests.get('reason')})")
+    if tests["status"] != "ran":
+        return [f"CUDA tests: {tests['status']} ({tests.get('reason')})"]
+    return [f"CUDA tests: {tests['passed']} passed, {tests['failed']} failed, {tests['errors']} errors, "
+            f"{tests['skipped']} skipped  [{tests['summary']}]", *tests["failures"]]
+
+
+def ceiling_lines(result):
+    peaks, lines = result["peaks"]["matched"], []
     matmul, copy = result["ceilings"]["matmul"], result["ceilings"]["copy"]
     if matmul["status"] == "ok":
         peak = peaks["bf16_dense_tflops"] if peaks and matmul["dtype"] == "bfloat16" else None
         lines.append(f"matmul {matmul['size'][0]}^3 {matmul['dtype']}: {matmul['tflops']:.3g} TFLOP/s "
                      f"({percent(matmul['tflops'] / peak if peak else None)} of the data sheet's dense bf16 peak)")
+    else:
+        lines.append(f"matmul: {matmul['status']} ({matmul.get('reason')})")
     if copy["status"] == "ok":
-        hbm = peaks["hbm_tb_per_s"] if peaks else None
-        share = percent(copy["tb_per_s"] / hbm if hbm else None)
+        share = percent(copy["tb_per_s"] / peaks["hbm_tb_per_s"] if peaks else None)
         lines.append(f"copy: {copy['tb_per_s']:.3g} TB/s read + written ({share} of the data sheet's HBM bandwidth)")
+    else:
+        lines.append(f"copy: {copy['status']} ({copy.get('reason')})")
+    return lines
+
+
+def core_lines(result):
     columns = [(d, causal) for d in result["sizes"]["head_dims"] for causal in (False, True)]
-    lines.append("core, best TFLOP/s over T (share of peak): " + " | ".join(
-        f"d={d}{' causal' if causal else ''}" for d, causal in columns))
+    lines = ["core, best TFLOP/s over T (share of peak): " + " | ".join(
+        f"d={d}{' causal' if causal else ''}" for d, causal in columns)]
     for impl in IMPLEMENTATIONS:
         cells = [core_cell([row for row in result["core"] if row["impl"] == impl and row["head_dim"] == d
                             and row["causal"] == causal]) for d, causal in columns]
         lines.append(f"  {impl:15s} " + " | ".join(f"{cell:>14s}" for cell in cells))
+    return lines
+
+
+def out_of_memory_lines(result):
+    lines = []
     for entry in result["explicit_out_of_memory"]:
         where = f"explicit path, d={entry['head_dim']}{' causal' if entry['causal'] else ''}:"
         if entry["within_sweep"]:
+            peak = (entry["peak_mib_of_last"] or 0) / 1024
             lines.append(f"{where} out of memory at T={entry['first_out_of_memory_length']}, "
-                         f"last ran T={entry['last_length_that_ran']} (peak {(entry['peak_mib_of_last'] or 0) / 1024:.1f} GiB)")
+                         f"last ran T={entry['last_length_that_ran']} (peak {peak:.1f} GiB)")
         else:
             lines.append(f"{where} no out of memory up to T={result['sizes']['lengths'][-1]}")
+    return lines
+
+
+def layer_lines(result):
     ratios = [f"{row['mode']}{' causal' if row['causal'] else ''} {row['ratio']:.2f}" if row["ratio"] is not None
               else f"{row['mode']} {row['ours']['status']}/{row['reference']['status']}" for row in result["layer"]]
-    lines.append("layer, ours / nn.MultiheadAttention: " + ", ".join(ratios))
+    return ["layer, ours / nn.MultiheadAttention: " + ", ".join(ratios)]
+
+
+def decode_lines(result):
+    lines = []
     for row in result["decode"]:
         step = row.get("layer_step", {})
         if step.get("status") == "ok":
@@ -797,6 +834,23 @@ def summary_lines(result):
                          f"{row['attention_only'].get('tb_per_s', 0):.3g} TB/s")
         else:
             lines.append(f"decode, cache {row['cache_length']}: {step.get('status', row.get('status'))}")
+    return lines
+
+
+SUMMARY_PARTS = {"cuda_tests": tests_lines, "ceilings": ceiling_lines, "core": core_lines,
+                 "explicit_out_of_memory": out_of_memory_lines, "layer": layer_lines, "decode": decode_lines}
+
+
+def summary_lines(result):
+    """The short table the suite prints last; a part that failed or never ran is named instead."""
+    info = result["provenance"]
+    lines = [f"GPU suite{' (DRY RUN: tiny sizes, not a measurement)' if result['dry_run'] else ''}: {info['device_name']}, "
+             f"torch {info['torch']}, CUDA {info['cuda']}, cuDNN {info['cudnn']}, Triton {info['triton']}, {info['date_utc']}"]
+    for name, part in SUMMARY_PARTS.items():
+        if result.get(name) is None:
+            lines.append(f"{name}: FAILED, {result.get('section_errors', {}).get(name, 'not run')}")
+        else:
+            lines += part(result)
     return lines
 
 

@@ -134,6 +134,32 @@ def test_the_sweep_records_the_explicit_out_of_memory_length_and_skips_longer_on
     assert entry["weights_gib_at_that_length"] == sizes.batch * sizes.heads * 32**2 * 2 / 2**30
 
 
+def test_other_runtime_errors_are_errors_not_refusals():
+    def broken():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    assert gpu_suite.attempt(broken, torch.device("cpu"))[1] == {
+        "status": "error", "reason": "RuntimeError: CUDA error: an illegal memory access was encountered"}
+
+
+def test_a_part_that_breaks_is_recorded_and_the_others_still_run(monkeypatch, tmp_path):
+    def broken(*args):
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(gpu_suite, "run_cuda_tests", lambda timeout: {"status": "not run", "reason": "not in this test"})
+    explicit_only = {"explicit": gpu_suite.implementations(torch.device("cpu"))["explicit"]}
+    monkeypatch.setattr(gpu_suite, "implementations", lambda device: explicit_only)
+    monkeypatch.setattr(gpu_suite, "layer_comparison", broken)
+    sizes = replace(gpu_suite.DRY, head_dims=(8,), lengths=(16,))
+    out = tmp_path / "partial.json"
+    result = gpu_suite.run_suite(torch.device("cpu"), sizes, "python -m attn.bench", out, True, log=lambda line: None)
+    assert result["section_errors"] == {"layer": "RuntimeError: broken on purpose"} and result["layer"] is None
+    assert result["complete"] is False and len(result["decode"]) == 2 and result["core"][0]["status"] == "ok"
+    assert json.loads(out.read_text())["section_errors"] == result["section_errors"]
+    assert "the layer part failed: RuntimeError: broken on purpose" in gpu_suite.validate(result)
+    assert "layer: FAILED, RuntimeError: broken on purpose" in gpu_suite.summary_lines(result)
+
+
 def test_a_refused_backend_is_recorded_with_pytorchs_reason():
     query = torch.randn(1, 2, 8, 4)
     output, failure = gpu_suite.attempt(lambda: gpu_suite.sdpa_call("efficient", False)(query, query, query),
@@ -261,8 +287,10 @@ def synthetic_gpu_result():
         "provenance": {"device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.2,
                        "date_utc": "2026-01-01T00:00:00+00:00", "command": "invented for the test", "torch": "0.0",
                        "cuda": "0.0", "cudnn": 0, "triton": "0.0", "numpy": "0.0", "driver": "0.0"},
-        "peaks": peaks, "flop_counting": gpu_suite.FLOP_COUNTING, "timing": {}, "sizes": asdict(sizes),
-        "cuda_tests": {"status": "ran", "passed": 60, "failed": 0, "skipped": 0, "errors": 0, "summary": "60 passed in 9.00s"},
+        "peaks": peaks, "flop_counting": gpu_suite.FLOP_COUNTING, "decode_counting": gpu_suite.DECODE_COUNTING,
+        "timing": {}, "sizes": asdict(sizes), "section_errors": {},
+        "cuda_tests": {"status": "ran", "passed": 60, "failed": 0, "skipped": 0, "errors": 0, "summary": "60 passed in 9.00s",
+                       "failures": []},
         "ceilings": {"matmul": {"status": "ok", "tflops": 600.0, "size": [8192] * 3, "dtype": "bfloat16"},
                      "copy": {"status": "ok", "tb_per_s": 2.5}},
         "core": rows, "explicit_out_of_memory": gpu_suite.explicit_out_of_memory(rows, sizes.batch, sizes.heads, "bfloat16"),

@@ -191,7 +191,8 @@ def _parser():
     parser.add_argument("--lengths", type=_positive_int, nargs="+", default=None)
     parser.add_argument("--repeats", type=_positive_int, default=10)
     parser.add_argument("--out", type=_output_file, required=True, help="where to write the JSON results")
-    parser.add_argument("--suite", choices=["gpu"], default=None, help="gpu: the whole GPU suite (attn/gpu_suite.py), at its own fixed sizes")
+    parser.add_argument("--suite", choices=["gpu"], default=None,
+                        help="gpu: the whole GPU suite (attn/gpu_suite.py), at its own fixed sizes")
     parser.add_argument("--dry-run", action="store_true", help="with --suite gpu: every part at tiny sizes on the CPU")
     return parser
 

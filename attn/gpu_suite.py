@@ -432,7 +432,7 @@ def core_sweep(device, sizes, ceiling_tflops, peaks, log=print):
                     rows.append(row)
                 del query, key, value, reference
                 free_memory(device)
-            log(f"  core d={head_dim} {'causal' if causal else 'non-causal'}: done")
+            log(f"    d={head_dim} {'causal' if causal else 'non-causal'}: done")
     return rows
 
 
@@ -664,16 +664,19 @@ def run_suite(device, sizes, command, out, dry_run, log=print):
     def section(name, measure_it):
         """Run one part; if it breaks, record why (section_errors) and go on with the next part."""
         log(f"  {name} ...")
+        began = time.perf_counter()
         try:
             result[name] = measure_it()
         except Exception as error:  # noqa: BLE001  one broken part must not lose the others on a borrowed GPU
             result[name] = None
             result["section_errors"][name] = first_line(error)
             log(f"  {name}: FAILED, {first_line(error)}")
+        result["section_seconds"][name] = time.perf_counter() - began
+        log(f"  {name}: {result['section_seconds'][name]:.1f} s")
         free_memory(device)
         write(result, out)
 
-    result["section_errors"] = {}
+    result["section_errors"], result["section_seconds"] = {}, {}
     section("cuda_tests", lambda: run_cuda_tests(sizes.test_timeout_s))
     section("ceilings", lambda: {"matmul": matmul_ceiling(device, sizes), "copy": copy_ceiling(device, sizes)})
     ceiling = (result["ceilings"] or {}).get("matmul", {}).get("tflops")
@@ -692,7 +695,7 @@ def run_suite(device, sizes, command, out, dry_run, log=print):
 STATUSES = {"ok", "out of memory", "refused", "absent", "skipped", "error"}
 IMPLEMENTATIONS = ("explicit", *(f"sdpa {name}" for name in SDPA_BACKENDS), "triton")
 TOP_LEVEL = {"schema": str, "dry_run": bool, "complete": bool, "provenance": dict, "peaks": dict, "flop_counting": str,
-             "decode_counting": str, "timing": dict, "sizes": dict, "section_errors": dict, "cuda_tests": dict,
+             "decode_counting": str, "timing": dict, "sizes": dict, "section_errors": dict, "section_seconds": dict, "cuda_tests": dict,
              "ceilings": dict, "core": list, "explicit_out_of_memory": list, "layer": list, "decode": list, "seconds": float}
 PROVENANCE = ("device_type", "device_name", "date_utc", "command", "torch", "cuda", "cudnn", "triton", "numpy", "driver")
 

@@ -694,9 +694,12 @@ def run_suite(device, sizes, command, out, dry_run, log=print):
 
 STATUSES = {"ok", "out of memory", "refused", "absent", "skipped", "error"}
 IMPLEMENTATIONS = ("explicit", *(f"sdpa {name}" for name in SDPA_BACKENDS), "triton")
-TOP_LEVEL = {"schema": str, "dry_run": bool, "complete": bool, "provenance": dict, "peaks": dict, "flop_counting": str,
-             "decode_counting": str, "timing": dict, "sizes": dict, "section_errors": dict, "section_seconds": dict, "cuda_tests": dict,
-             "ceilings": dict, "core": list, "explicit_out_of_memory": list, "layer": list, "decode": list, "seconds": float}
+TOP_LEVEL = {
+    "schema": str, "dry_run": bool, "complete": bool, "provenance": dict, "peaks": dict, "flop_counting": str,
+    "decode_counting": str, "timing": dict, "sizes": dict, "section_errors": dict, "section_seconds": dict,
+    "cuda_tests": dict, "ceilings": dict, "core": list, "explicit_out_of_memory": list, "layer": list, "decode": list,
+    "seconds": float,
+}
 PROVENANCE = ("device_type", "device_name", "date_utc", "command", "torch", "cuda", "cudnn", "triton", "numpy", "driver")
 
 

@@ -767,11 +767,15 @@ def percent(share):
     return f"{share:.0%}" if share is not None else "n/a"
 
 
+SHORT_STATUS = {"out of memory": "OOM"}
+
+
 def core_cell(rows):
     """One cell of the summary table: the best TFLOP/s an implementation reached over T, or why it has none."""
     timed = [row for row in rows if row["status"] == "ok"]
     if not timed:
-        return rows[0]["status"] if rows else "-"
+        status = rows[0]["status"] if rows else "-"
+        return SHORT_STATUS.get(status, status)
     best = max(timed, key=lambda row: row["tflops"])
     return f"{best['tflops']:.3g} ({percent(best['share_of_peak'])})"
 
@@ -781,7 +785,7 @@ def tests_lines(result):
     if tests["status"] != "ran":
         return [f"CUDA tests: {tests['status']} ({tests.get('reason')})"]
     return [f"CUDA tests: {tests['passed']} passed, {tests['failed']} failed, {tests['errors']} errors, "
-            f"{tests['skipped']} skipped  [{tests['summary']}]", *tests["failures"]]
+            f"{tests['skipped']} skipped", f"  pytest: {tests['summary']}", *tests["failures"]]
 
 
 def ceiling_lines(result):
@@ -790,12 +794,12 @@ def ceiling_lines(result):
     if matmul["status"] == "ok":
         peak = peaks["bf16_dense_tflops"] if peaks and matmul["dtype"] == "bfloat16" else None
         lines.append(f"matmul {matmul['size'][0]}^3 {matmul['dtype']}: {matmul['tflops']:.3g} TFLOP/s "
-                     f"({percent(matmul['tflops'] / peak if peak else None)} of the data sheet's dense bf16 peak)")
+                     f"({percent(matmul['tflops'] / peak if peak else None)} of the data-sheet peak)")
     else:
         lines.append(f"matmul: {matmul['status']} ({matmul.get('reason')})")
     if copy["status"] == "ok":
         share = percent(copy["tb_per_s"] / peaks["hbm_tb_per_s"] if peaks else None)
-        lines.append(f"copy: {copy['tb_per_s']:.3g} TB/s read + written ({share} of the data sheet's HBM bandwidth)")
+        lines.append(f"copy: {copy['tb_per_s']:.3g} TB/s read + written ({share} of the data-sheet HBM)")
     else:
         lines.append(f"copy: {copy['status']} ({copy.get('reason')})")
     return lines
@@ -803,44 +807,49 @@ def ceiling_lines(result):
 
 def core_lines(result):
     columns = [(d, causal) for d in result["sizes"]["head_dims"] for causal in (False, True)]
-    lines = ["core, best TFLOP/s over T (share of peak): " + " | ".join(
-        f"d={d}{' causal' if causal else ''}" for d, causal in columns)]
+    lines = ["attention core: best TFLOP/s over T (share of the data-sheet peak)",
+             " " * 17 + "".join(f"{f'd={d}' + (' causal' if causal else ''):>13s}" for d, causal in columns)]
     for impl in IMPLEMENTATIONS:
         cells = [core_cell([row for row in result["core"] if row["impl"] == impl and row["head_dim"] == d
                             and row["causal"] == causal]) for d, causal in columns]
-        lines.append(f"  {impl:15s} " + " | ".join(f"{cell:>14s}" for cell in cells))
+        lines.append(f"  {impl:15s}" + "".join(f"{cell:>13s}" for cell in cells))
     return lines
 
 
 def out_of_memory_lines(result):
     lines = []
     for entry in result["explicit_out_of_memory"]:
-        where = f"explicit path, d={entry['head_dim']}{' causal' if entry['causal'] else ''}:"
+        where = f"explicit, d={entry['head_dim']}{' causal' if entry['causal'] else ''}:"
         if entry["within_sweep"]:
             peak = (entry["peak_mib_of_last"] or 0) / 1024
-            lines.append(f"{where} out of memory at T={entry['first_out_of_memory_length']}, "
-                         f"last ran T={entry['last_length_that_ran']} (peak {peak:.1f} GiB)")
+            lines.append(f"{where} OOM at T={entry['first_out_of_memory_length']}; "
+                         f"T={entry['last_length_that_ran']} ran, peak {peak:.1f} GiB")
         else:
-            lines.append(f"{where} no out of memory up to T={result['sizes']['lengths'][-1]}")
+            lines.append(f"{where} no OOM up to T={result['sizes']['lengths'][-1]}")
     return lines
 
 
 def layer_lines(result):
-    ratios = [f"{row['mode']}{' causal' if row['causal'] else ''} {row['ratio']:.2f}" if row["ratio"] is not None
-              else f"{row['mode']} {row['ours']['status']}/{row['reference']['status']}" for row in result["layer"]]
-    return ["layer, ours / nn.MultiheadAttention: " + ", ".join(ratios)]
+    lines = ["layer, ours / nn.MultiheadAttention (median times):"]
+    for causal in (False, True):
+        ratios = [f"{row['mode']} {row['ratio']:.2f}" if row["ratio"] is not None
+                  else f"{row['mode']} {row['ours']['status']}/{row['reference']['status']}"
+                  for row in result["layer"] if row["causal"] == causal]
+        lines.append(f"  {'causal' if causal else 'non-causal':10s}  " + " | ".join(ratios))
+    return lines
 
 
 def decode_lines(result):
-    lines = []
+    lines = ["decode with the KV cache: per token, TB/s (share of HBM), attention alone"]
     for row in result["decode"]:
         step = row.get("layer_step", {})
         if step.get("status") == "ok":
-            lines.append(f"decode, cache {row['cache_length']}: {step['seconds_per_token'] * 1e6:.0f} us/token, "
-                         f"{step['tb_per_s']:.3g} TB/s ({percent(step['share_of_hbm'])} of HBM); attention alone "
-                         f"{row['attention_only'].get('tb_per_s', 0):.3g} TB/s")
+            alone = row["attention_only"].get("tb_per_s")
+            lines.append(f"  cache {row['cache_length']:>6d}: {step['seconds_per_token'] * 1e6:7.0f} us, "
+                         f"{step['tb_per_s']:.3g} TB/s ({percent(step['share_of_hbm'])}), "
+                         f"alone {f'{alone:.3g} TB/s' if alone else row['attention_only']['status']}")
         else:
-            lines.append(f"decode, cache {row['cache_length']}: {step.get('status', row.get('status'))}")
+            lines.append(f"  cache {row['cache_length']:>6d}: {step.get('status', row.get('status'))}")
     return lines
 
 
@@ -849,10 +858,11 @@ SUMMARY_PARTS = {"cuda_tests": tests_lines, "ceilings": ceiling_lines, "core": c
 
 
 def summary_lines(result):
-    """The short table the suite prints last; a part that failed or never ran is named instead."""
+    """The short table the suite prints last, in lines of about 75 characters; a part that failed is named instead."""
     info = result["provenance"]
-    lines = [f"GPU suite{' (DRY RUN: tiny sizes, not a measurement)' if result['dry_run'] else ''}: {info['device_name']}, "
-             f"torch {info['torch']}, CUDA {info['cuda']}, cuDNN {info['cudnn']}, Triton {info['triton']}, {info['date_utc']}"]
+    lines = [f"GPU suite{' (DRY RUN, tiny sizes: not a measurement)' if result['dry_run'] else ''}: "
+             f"{info['device_name']}, {info['date_utc'][:10]}",
+             f"  torch {info['torch']}, CUDA {info['cuda']}, cuDNN {info['cudnn']}, Triton {info['triton']}"]
     for name, part in SUMMARY_PARTS.items():
         if result.get(name) is None:
             lines.append(f"{name}: FAILED, {result.get('section_errors', {}).get(name, 'not run')}")

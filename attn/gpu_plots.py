@@ -54,8 +54,23 @@ def out_of_memory_entry(result, head_dim, causal):
                 if entry["head_dim"] == head_dim and entry["causal"] == causal)
 
 
+def missing(result, *parts):
+    """True if a part of the run failed (its section is None), so that its figure cannot be drawn."""
+    return any(result.get(part) is None for part in parts)
+
+
+def ceiling(result, kind, key):
+    """A measured ceiling (matmul TFLOP/s, copy TB/s), or None if that part failed."""
+    return ((result.get("ceilings") or {}).get(kind) or {}).get(key)
+
+
 def plot_time_and_memory(result, head_dim, causal=False):
-    """Two stacked log-log panels against T: median time, then peak memory; the explicit path's OOM marked."""
+    """Two stacked log-log panels against T: median time, then peak memory; the explicit path's OOM marked.
+
+    Returns the figure, or None when the run's core sweep failed (as do the other plot functions for their parts).
+    """
+    if missing(result, "core", "explicit_out_of_memory"):
+        return None
     figure, (time_axis, memory_axis) = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 9), layout="constrained")
     for impl in IMPLEMENTATIONS:
         rows = core_series(result, impl, head_dim, causal)
@@ -84,12 +99,14 @@ def plot_time_and_memory(result, head_dim, causal=False):
 
 def plot_throughput(result, causal=False):
     """TFLOP/s against T, one panel per head size, with the data-sheet peak and the measured ceiling as lines."""
+    if missing(result, "core"):
+        return None
     head_dims = result["sizes"]["head_dims"]
     figure, axes = plt.subplots(len(head_dims), 1, figsize=(COLUMN_WIDTH, 3.6 * len(head_dims) + 1.2), layout="constrained",
                                 squeeze=False)
     peaks = result["peaks"]["matched"]
     peak = peaks["bf16_dense_tflops"] if peaks and result["sizes"]["dtype"] == "bfloat16" else None
-    ceiling = result["ceilings"]["matmul"].get("tflops")
+    measured = ceiling(result, "matmul", "tflops")
     for axis, head_dim in zip(axes[:, 0], head_dims, strict=True):
         for impl in IMPLEMENTATIONS:
             rows = core_series(result, impl, head_dim, causal)
@@ -97,8 +114,8 @@ def plot_throughput(result, causal=False):
                 axis.semilogx([row["length"] for row in rows], [row["tflops"] for row in rows], label=impl, **STYLES[impl])
         if peak:
             axis.axhline(peak, color=GUIDE, linestyle="--", label=f"data-sheet dense bf16 peak, {peak:.0f}")
-        if ceiling:
-            axis.axhline(ceiling, color=GUIDE, linestyle=":", label=f"measured matmul ceiling, {ceiling:.0f}")
+        if measured:
+            axis.axhline(measured, color=GUIDE, linestyle=":", label=f"measured matmul ceiling, {measured:.0f}")
         axis.set(ylabel="TFLOP/s", title=f"d = {head_dim}", ylim=(0, None))
         length_ticks(axis, result["sizes"]["lengths"])
     axes[-1, 0].set_xlabel("sequence length T")
@@ -110,6 +127,8 @@ def plot_throughput(result, causal=False):
 
 def plot_layer_ratios(result):
     """One bar per case: the course's layer's median time over nn.MultiheadAttention's (1 = the same)."""
+    if missing(result, "layer"):
+        return None
     rows = [row for row in result["layer"] if row["ratio"] is not None]
     names = [f"{row['mode']}\n{'causal' if row['causal'] else 'non-causal'}" for row in rows]
     figure, axis = plt.subplots(figsize=(COLUMN_WIDTH, 4.6), layout="constrained")
@@ -131,6 +150,8 @@ def plot_layer_ratios(result):
 
 def plot_decode_bandwidth(result):
     """Achieved bandwidth against the cache length: one decoding step of the layer, and attention alone, against HBM."""
+    if missing(result, "decode"):
+        return None
     figure, axis = plt.subplots(figsize=(COLUMN_WIDTH, 5.2), layout="constrained")
     rows = [row for row in result["decode"] if row.get("layer_step", {}).get("status") == "ok"]
     lengths = [row["cache_length"] for row in rows]
@@ -142,7 +163,7 @@ def plot_decode_bandwidth(result):
     peaks = result["peaks"]["matched"]
     if peaks:
         axis.axhline(peaks["hbm_tb_per_s"], color=GUIDE, linestyle="--", label=f"data-sheet HBM, {peaks['hbm_tb_per_s']} TB/s")
-    copy = result["ceilings"]["copy"].get("tb_per_s")
+    copy = ceiling(result, "copy", "tb_per_s")
     if copy:
         axis.axhline(copy, color=GUIDE, linestyle=":", label=f"measured copy, {copy:.2f} TB/s")
     axis.set(xlabel="cached positions", ylabel="TB/s (cache bytes read / time)", ylim=(0, None),

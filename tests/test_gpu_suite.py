@@ -405,3 +405,12 @@ def test_the_gpu_script_without_a_gpu_points_to_the_dry_run():
     assert "sees no CUDA GPU here; to try the suite on the CPU, run" in completed.stderr
     assert "--suite gpu --dry-run" in completed.stderr
     assert not (ROOT / "lessons" / "results" / "gpu-h100.json").exists()
+
+
+def test_a_run_with_a_failed_part_still_draws_the_others(gpu_result):
+    gpu_result.update(layer=None, ceilings=None, section_errors={"layer": "RuntimeError: x", "ceilings": "RuntimeError: y"})
+    assert gpu_plots.plot_layer_ratios(gpu_result) is None
+    figure = gpu_plots.plot_throughput(gpu_result)
+    assert horizontal_lines(figure.axes[0]) == {989.0}, "no measured ceiling without the ceilings part"
+    assert gpu_plots.plot_decode_bandwidth(gpu_result) is not None
+    assert "layer: FAILED, RuntimeError: x" in gpu_suite.summary_lines(gpu_result)

@@ -777,7 +777,8 @@ def core_cell(rows):
         status = rows[0]["status"] if rows else "-"
         return SHORT_STATUS.get(status, status)
     best = max(timed, key=lambda row: row["tflops"])
-    return f"{best['tflops']:.3g} ({percent(best['share_of_peak'])})"
+    rate = f"{best['tflops']:.3g}" if best["tflops"] >= 0.01 else f"{best['tflops']:.0e}"  # at most 5 characters
+    return f"{rate} ({percent(best['share_of_peak'])})"
 
 
 def tests_lines(result):

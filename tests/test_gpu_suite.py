@@ -8,6 +8,7 @@ in the test: invented numbers that are never written to lessons/results/ and nev
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -64,6 +65,11 @@ def test_the_dry_run_follows_the_schema_in_under_a_minute(dry_run):
     assert result["sizes"] == json.loads(json.dumps(asdict(gpu_suite.DRY)))
     lines = printed.strip().splitlines()
     assert lines[-1].startswith("wrote ") and "DRY RUN" in printed
+    table = lines[next(index for index, line in enumerate(lines) if line.startswith("GPU suite")):-1]
+    assert max(len(line) for line in table) <= 76, table
+    for impl in ("explicit", "sdpa flash", "sdpa math"):
+        row = next(line for line in table if line.startswith(f"  {impl} "))
+        assert len(re.findall(r" \S+ \(n/a\)", row)) == 4, row
 
 
 def test_the_dry_run_runs_every_part(dry_run):

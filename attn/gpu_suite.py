@@ -89,6 +89,7 @@ class Sizes:
     decode: dict
     warmup: int
     repeats: int
+    case_budget_s: float
     test_timeout_s: int
 
 
@@ -97,14 +98,14 @@ GPU = Sizes(
     matmul_size=8192, copy_mib=2048,
     layer={"batch": 4, "length": 4096, "embed_dim": 1024, "heads": 16},
     decode={"batch": 4, "embed_dim": 1024, "heads": 16, "cache_lengths": (1024, 2048, 4096, 8192, 16384, 32768), "steps": 16},
-    warmup=3, repeats=10, test_timeout_s=240,
+    warmup=3, repeats=10, case_budget_s=2.0, test_timeout_s=240,
 )
 DRY = Sizes(
     dtype="float32", batch=1, heads=2, head_dims=(16, 32), lengths=(32, 64),
     matmul_size=128, copy_mib=4,
     layer={"batch": 1, "length": 32, "embed_dim": 32, "heads": 4},
     decode={"batch": 1, "embed_dim": 32, "heads": 4, "cache_lengths": (32, 64), "steps": 4},
-    warmup=1, repeats=2, test_timeout_s=300,
+    warmup=1, repeats=2, case_budget_s=1.0, test_timeout_s=300,
 )
 
 
@@ -191,15 +192,29 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def median_seconds(function, device, warmup, repeats, setup=None):
-    """Median time of ``function(prepared)`` in seconds, after ``warmup`` untimed calls.
+def affordable_repeats(function, device, setup, repeats, budget_s):
+    """How many timed calls fit in ``budget_s`` (at least 3, at most ``repeats``), from one more timed warm-up call."""
+    prepared = setup()
+    synchronize(device)
+    start = time.perf_counter()
+    function(prepared)
+    synchronize(device)
+    one_call = time.perf_counter() - start
+    return max(min(3, repeats), min(repeats, int(budget_s / max(one_call, 1e-9))))
+
+
+def median_seconds(function, device, warmup, repeats, setup=None, budget_s=None):
+    """(median time of ``function(prepared)`` in seconds, how many calls were timed), after ``warmup`` untimed calls.
 
     CUDA: timed with CUDA events; elsewhere with perf_counter. ``setup()``, if given, runs untimed
-    before every call and its result is passed to ``function``.
+    before every call and its result is passed to ``function``. ``budget_s``: fewer repeats (at
+    least 3) for a case so slow that ``repeats`` calls would take longer than this.
     """
     setup = setup or (lambda: None)
     for _ in range(warmup):
         function(setup())
+    if budget_s is not None:
+        repeats = affordable_repeats(function, device, setup, repeats, budget_s)
     synchronize(device)
     times = []
     for _ in range(repeats):
@@ -216,7 +231,7 @@ def median_seconds(function, device, warmup, repeats, setup=None):
             start = time.perf_counter()
             function(prepared)
             times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(times), repeats
 
 
 def free_memory(device):
@@ -264,7 +279,7 @@ def measure(function, device, sizes, setup=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # attempt() already recorded what the first call said
         try:
-            seconds = median_seconds(function, device, sizes.warmup, sizes.repeats, setup)
+            seconds, repeats = median_seconds(function, device, sizes.warmup, sizes.repeats, setup, sizes.case_budget_s)
         except OUT_OF_MEMORY as error:
             failure = {"status": "out of memory", "reason": first_line(error)}
         except Exception as error:  # noqa: BLE001  recorded, and the suite goes on
@@ -273,7 +288,7 @@ def measure(function, device, sizes, setup=None):
         free_memory(device)
         return failure
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return {"status": "ok", "seconds": seconds, "peak_mib": peak}
+    return {"status": "ok", "seconds": seconds, "peak_mib": peak, "repeats": repeats}
 
 
 def relative_error(output, reference):
@@ -655,7 +670,9 @@ def run_suite(device, sizes, command, out, dry_run, log=print):
         "schema": SCHEMA, "dry_run": dry_run, "complete": False,
         "provenance": provenance(device, command), "peaks": peaks, "flop_counting": FLOP_COUNTING,
         "timing": {"method": "CUDA events" if device.type == "cuda" else "time.perf_counter", "statistic": "median",
-                   "warmup": sizes.warmup, "repeats": sizes.repeats},
+                   "warmup": sizes.warmup, "repeats": sizes.repeats,
+                   "fewer_repeats": f"at least 3 for a case whose {sizes.repeats} calls would take over "
+                                    f"{sizes.case_budget_s} s; each timed row records its own repeats"},
         "sizes": asdict(sizes),
         "decode_counting": DECODE_COUNTING,
     }
@@ -744,7 +761,7 @@ def core_problems(rows, sizes):
         if row.get("status") not in STATUSES:
             problems.append(f"{where}: status {row.get('status')!r} is not one of {sorted(STATUSES)}")
         elif row["status"] == "ok":
-            missing = [key for key in ("seconds", "tflops", "share_of_peak", "share_of_ceiling", "peak_mib", "flops")
+            missing = [key for key in ("seconds", "repeats", "tflops", "share_of_peak", "share_of_ceiling", "peak_mib", "flops")
                        if key not in row]
             if missing or not row["seconds"] > 0:
                 problems.append(f"{where}: a timed row needs seconds > 0 and {', '.join(missing) or 'its rates'}")

@@ -185,6 +185,15 @@ def test_a_refused_backend_is_recorded_with_pytorchs_reason():
     assert "RuntimeError" in failure["reason"] and "backend" in failure["reason"]
 
 
+def test_a_slow_case_is_timed_fewer_times_but_at_least_three():
+    cpu = torch.device("cpu")
+    assert gpu_suite.affordable_repeats(lambda _: time.sleep(0.05), cpu, lambda: None, 10, budget_s=0.2) in (3, 4)
+    assert gpu_suite.affordable_repeats(lambda _: time.sleep(0.05), cpu, lambda: None, 10, budget_s=0.01) == 3
+    assert gpu_suite.affordable_repeats(lambda _: None, cpu, lambda: None, 10, budget_s=1.0) == 10
+    seconds, repeats = gpu_suite.median_seconds(lambda _: time.sleep(0.02), cpu, 0, 10, budget_s=0.05)
+    assert repeats == 3 and seconds >= 0.02
+
+
 def test_causal_work_is_counted_as_half():
     assert gpu_suite.attention_flops(4, 16, 4096, 64, causal=False) == 4 * 4 * 16 * 4096**2 * 64
     assert gpu_suite.attention_flops(4, 16, 4096, 64, causal=True) == 2 * 4 * 16 * 4096**2 * 64
@@ -290,7 +299,8 @@ def synthetic_gpu_result():
                     else:
                         per_head = 3 * length * head_dim * 2 + (3 * length**2 * 2 if quadratic else 0)  # bytes
                         memory = sizes.batch * sizes.heads * per_head / 2**20
-                        row.update(status="ok", seconds=row["flops"] / (rate * 1e12), peak_mib=memory, relative_error=0.004)
+                        row.update(status="ok", seconds=row["flops"] / (rate * 1e12), peak_mib=memory, repeats=10,
+                                   relative_error=0.004)
                     gpu_suite.add_rates(row, 600.0, peaks, "bfloat16")
                     rows.append(row)
     layer = [{"mode": mode, "causal": causal, **sizes.layer, "dtype": "bfloat16", "relative_error": 0.004,

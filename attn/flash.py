@@ -76,18 +76,24 @@ class Tiling:
         return _slices(0, self.t_q, self.block_q)
 
     def key_tiles(self, rows):
-        """The key slices query tile ``rows`` reads: causal tiles after its last query are skipped."""
-        offset = self.t_k - self.t_q  # query i stands at key position offset + i
-        end = min(self.t_k, offset + rows.stop) if self.is_causal else self.t_k
+        """The key slices query tile ``rows`` reads.
+
+        Causal: tiles wholly after the tile's last query are skipped.
+        """
+        end = self.t_k
+        if self.is_causal:  # query i stands at key position t_k - t_q + i
+            end = min(self.t_k, self.t_k - self.t_q + rows.stop)
         return _slices(0, end, self.block_k)
 
     def mask(self, scores, rows, cols):
-        """``scores`` (B, H, rows, cols) with -inf where a key is padding or in a query's future."""
+        """``scores`` (B, H, rows, cols), -inf for padding and future keys."""
         keep = None if self.padding is None else self.padding[..., cols]
         offset = self.t_k - self.t_q
-        if self.is_causal and cols.stop - 1 > offset + rows.start:  # crosses the diagonal
+        crosses = cols.stop - 1 > offset + rows.start  # the diagonal
+        if self.is_causal and crosses:
             device = scores.device
-            query_at = torch.arange(rows.start, rows.stop, device=device) + offset
+            query_at = torch.arange(rows.start, rows.stop, device=device)
+            query_at = query_at + offset
             key_at = torch.arange(cols.start, cols.stop, device=device)
             causal = key_at[None, :] <= query_at[:, None]  # (rows, cols)
             keep = causal if keep is None else keep & causal
@@ -126,10 +132,14 @@ def _tiling(query, key, value, is_causal, key_padding_mask, block_q, block_k):
 
 
 def forward_tiles(query, key, value, tiling):
-    """The loops of ``tiled_attention``: (output (B, H, T_q, d), logsumexp (B, H, T_q))."""
+    """The loops of ``tiled_attention``.
+
+    Returns output (B, H, T_q, d) and logsumexp (B, H, T_q).
+    """
     dtype = compute_dtype(query.dtype)
     scale = 1 / math.sqrt(query.shape[-1])
-    outputs, logsumexps = [], []
+    output = torch.empty_like(query)  # (B, H, T_q, d), written tile by tile
+    logsumexp = query.new_empty(query.shape[:3], dtype=dtype)  # (B, H, T_q)
     for rows in tiling.query_tiles():
         q_tile = query[:, :, rows].to(dtype) * scale  # (B, H, bq, d)
         row_max = q_tile.new_full(q_tile.shape[:-1] + (1,), NEG_INF)
@@ -148,20 +158,21 @@ def forward_tiles(query, key, value, tiling):
             accumulated = accumulated * rescale + weights @ v_tile
             row_max = new_max
         tiny = torch.finfo(dtype).tiny  # a row with no key: 0 / tiny = 0
-        outputs.append(accumulated / row_sum.clamp_min(tiny))
-        logsumexps.append(_finite_shift(row_max) + row_sum.log())
-    output = torch.cat(outputs, dim=2).to(query.dtype)  # (B, H, T_q, d)
-    return output, torch.cat(logsumexps, dim=2).squeeze(-1)  # (B, H, T_q)
+        output[:, :, rows] = accumulated / row_sum.clamp_min(tiny)
+        row_lse = _finite_shift(row_max) + row_sum.log()  # log 0 = -inf
+        logsumexp[:, :, rows] = row_lse.squeeze(-1)
+    return output, logsumexp
 
 
 # The backward pass that recomputes --------------------------------------------------------
 
 
 def backward_tiles(saved, grad_output, tiling):
-    """Gradients for query, key, value from saved = (query, key, value, output, logsumexp).
+    """Gradients for query, key and value.
 
-    Each tile's weights P are recomputed as exp(scores - logsumexp). With dO the
-    output's gradient: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
+    saved = (query, key, value, output, logsumexp). Each tile's weights P
+    are recomputed as exp(scores - logsumexp). With dO the output's gradient:
+    dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
     dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d) (Dao et al. 2022, algorithm 4).
     """
     dtype = compute_dtype(saved[0].dtype)
@@ -181,7 +192,7 @@ def backward_tiles(saved, grad_output, tiling):
             grad_weights = grad_o_tile @ v[:, :, cols].transpose(-2, -1)
             grad_scores = weights * (grad_weights - delta[:, :, rows]) * scale
             grad_q[:, :, rows] += grad_scores @ k[:, :, cols]
-            grad_k[:, :, cols] += grad_scores.transpose(-2, -1) @ q[:, :, rows]
+            grad_k[:, :, cols] += grad_scores.mT @ q[:, :, rows]
     return tuple(grad.to(saved[0].dtype) for grad in (grad_q, grad_k, grad_v))
 
 

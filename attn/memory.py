@@ -1,52 +1,75 @@
-"""Peak memory of a function on the CPU, measured from the operating system's count of resident memory.
+"""Peak memory of a PyTorch function, measured by watching every tensor its operations create.
 
-PyTorch reports peak memory only for GPUs. On Linux the kernel keeps each process's high-water mark of
-resident memory (VmHWM) and lets the process reset it; with glibc told to hand every allocation of
-64 KiB or more straight back to the system when it is freed, the mark rises and falls with the tensors
-a function holds. Other systems get a sentence saying the measurement needs Linux.
+PyTorch reports peak memory only for GPUs. ``peak_bytes`` runs a function under a dispatch mode, a hook
+that sees every operation PyTorch runs and the tensors it returns. Each newly allocated storage is
+added to a running total when an operation returns it and taken off when PyTorch frees it; the largest
+total is the peak. Views and in-place results share a storage that is already counted (or belongs to
+the inputs) and add nothing. Scratch memory used inside one operation's own C++ code is not seen, and
+neither is the allocator's bookkeeping: the count is the tensors a function holds, exactly and the same
+on every machine, CPU or GPU.
 """
 
-import ctypes
-import functools
-import re
-import sys
-from pathlib import Path
+import weakref
 
-STATUS = Path("/proc/self/status")
-CLEAR_REFS = Path("/proc/self/clear_refs")
-M_MMAP_THRESHOLD = -3  # glibc's mallopt option: allocations at least this large get their own mapping
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+class _StorageCounter(TorchDispatchMode):
+    """Counts the bytes of storages created by operations while it is active, and their peak."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = {}  # id of a live storage -> its bytes
+        self.current = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        output = func(*args, **kwargs)
+        inputs = {_storage_key(t) for t in _tensors((args, kwargs))}
+        for tensor in _tensors(output):
+            if _storage_key(tensor) not in inputs:  # not a view or in place
+                self._count(tensor.untyped_storage())
+        return output
+
+    def _count(self, storage):
+        key = id(storage)  # PyTorch keeps one Python object per storage while it lives
+        if key in self.sizes or storage.nbytes() == 0:
+            return
+        self.sizes[key] = storage.nbytes()
+        self.current += storage.nbytes()
+        self.peak = max(self.peak, self.current)
+        weakref.finalize(storage, self._free, key)
+
+    def _free(self, key):
+        self.current -= self.sizes.pop(key, 0)
+
+
+def _tensors(tree):
+    """The tensors among the leaves of nested lists, tuples and dicts."""
+    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+
+
+def _storage_key(tensor):
+    """Where a tensor's memory starts: views and in-place results share it with their input."""
+    return tensor.untyped_storage().data_ptr()
 
 
 def peak_bytes(function, *arguments):
-    """How far the process's resident memory rose above its level at the call while ``function`` ran.
+    """The most bytes of tensors that ``function(*arguments)`` held at once.
 
-    Returns bytes (an int). The result of ``function`` is dropped before returning. Small allocations
-    (under 64 KiB) may be served from memory the process already holds, so sizes below about 1 MiB are
-    not meaningful; compare sizes of megabytes.
+    Counts every tensor its PyTorch operations create, while it lives (the
+    inputs are not counted); the result is dropped before returning.
     """
+    _check_callable(function)
+    with _StorageCounter() as counter:
+        result = function(*arguments)
+        del result
+    return counter.peak
+
+
+def _check_callable(function):
     if not callable(function):
-        raise TypeError(f"peak_bytes measures a function, got {type(function).__name__}; pass the function itself")
-    _prepare()
-    CLEAR_REFS.write_text("5")  # reset the high-water mark to the current resident size
-    before = _status_bytes("VmRSS")
-    result = function(*arguments)
-    del result
-    return max(0, _status_bytes("VmHWM") - before)
-
-
-@functools.cache
-def _prepare():
-    """Check that this is Linux with glibc, and make large frees go back to the system at once."""
-    if not (sys.platform.startswith("linux") and STATUS.exists() and CLEAR_REFS.exists()):
-        raise RuntimeError(f"peak_bytes reads Linux's /proc/self/status, which {sys.platform} does not have")
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        raise RuntimeError("peak_bytes needs glibc (libc.so.6), the C library of most Linux systems") from None
-    libc.mallopt(M_MMAP_THRESHOLD, 64 * 1024)
-
-
-def _status_bytes(field):
-    """One memory field of /proc/self/status (VmRSS, VmHWM), in bytes."""
-    found = re.search(rf"^{field}:\s+(\d+) kB", STATUS.read_text(), re.MULTILINE)
-    return int(found.group(1)) * 1024
+        name = type(function).__name__
+        raise TypeError(f"peak_bytes measures a function, got {name}; pass the function itself")

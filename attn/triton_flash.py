@@ -2,7 +2,7 @@
 
 This module imports Triton; ``attn.triton_kernels`` imports it only when the kernel is first launched,
 and decorates ``flash_forward_kernel`` with ``triton.jit`` there (compiled for a GPU, or run by Triton's
-interpreter for tensors on the CPU).
+interpreter for tensors on the CPU). Lesson 11 prints the kernel, so its lines fit 78 characters.
 """
 
 import triton.language as tl
@@ -11,18 +11,19 @@ import triton.language as tl
 
 
 def flash_forward_kernel(
-    Q, K, V, Out,  # pointers to (B, H, T, d) tensors whose last axis is contiguous
+    Q, K, V, Out,  # pointers to (B, H, T, d) tensors, last axis contiguous
     stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
     stride_vb, stride_vh, stride_vt, stride_ob, stride_oh, stride_ot,
     num_heads, t_q, t_k, head_dim, scale,
     IS_CAUSAL: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    tile, batch_head = tl.program_id(0), tl.program_id(1)  # this program's query tile, (b, h)
+    tile, batch_head = tl.program_id(0), tl.program_id(1)
     batch, head = batch_head // num_heads, batch_head % num_heads
-    rows = tile * BLOCK_Q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,) query positions
-    features = tl.arange(0, BLOCK_D)[None, :]  # (1, BLOCK_D): BLOCK_D >= d, a power of 2
-    q_ptrs = Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qt + features
+    rows = tile * BLOCK_Q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,) positions
+    features = tl.arange(0, BLOCK_D)[None, :]  # (1, BLOCK_D), BLOCK_D >= d
+    q_ptrs = (Q + batch * stride_qb + head * stride_qh
+              + rows[:, None] * stride_qt + features)
     q_ok = (rows[:, None] < t_q) & (features < head_dim)
     q = tl.load(q_ptrs, mask=q_ok, other=0.0)  # (BLOCK_Q, BLOCK_D)
     k_base = K + batch * stride_kb + head * stride_kh + features
@@ -32,7 +33,7 @@ def flash_forward_kernel(
     accumulated = tl.zeros((BLOCK_Q, BLOCK_D), tl.float32)
     offset = t_k - t_q  # query i stands at key position offset + i
     key_end = t_k
-    if IS_CAUSAL:  # tiles wholly after this tile's last query are never read
+    if IS_CAUSAL:  # key tiles after this tile's last query are never read
         key_end = tl.minimum(t_k, offset + (tile + 1) * BLOCK_Q)
     for start in range(0, key_end, BLOCK_K):
         cols = start + tl.arange(0, BLOCK_K)  # (BLOCK_K,) key positions
@@ -40,18 +41,19 @@ def flash_forward_kernel(
         k = tl.load(k_base + cols[:, None] * stride_kt, mask=kv_ok, other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vt, mask=kv_ok, other=0.0)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        keep = cols[None, :] < t_k  # (1, BLOCK_K): the last tile may run past T_k
+        keep = cols[None, :] < t_k  # the last tile may run past T_k
         if IS_CAUSAL:
             keep = keep & (cols[None, :] <= rows[:, None] + offset)
         scores = tl.where(keep, scores, float("-inf"))  # (BLOCK_Q, BLOCK_K)
         new_max = tl.maximum(row_max, tl.max(scores, 1))
-        shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # rows with no key yet
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
         rescale = tl.exp(row_max - shift)  # exp(m_old - m_new)
         weights = tl.exp(scores - shift[:, None])  # not yet normalised
         row_sum = row_sum * rescale + tl.sum(weights, 1)
         values = tl.dot(weights.to(v.dtype), v, input_precision=PRECISION)
         accumulated = accumulated * rescale[:, None] + values
         row_max = new_max
-    output = accumulated / tl.maximum(row_sum, 1e-30)[:, None]  # no allowed key: 0
-    o_ptrs = Out + batch * stride_ob + head * stride_oh + rows[:, None] * stride_ot + features
+    output = accumulated / tl.maximum(row_sum, 1e-30)[:, None]  # no key: 0
+    o_ptrs = (Out + batch * stride_ob + head * stride_oh
+              + rows[:, None] * stride_ot + features)
     tl.store(o_ptrs, output.to(Out.dtype.element_ty), mask=q_ok)

@@ -11,12 +11,19 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import torch
 
 from attn.validate import check_flash_inputs
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# Triton reads TRITON_INTERPRET once, when it is first imported, and some of PyTorch's own modules
+# import it (torch.nn.attention.bias, for one). Without CUDA the kernel can only be interpreted, so
+# the variable is set as soon as this module is imported, unless Triton is loaded already.
+if not torch.cuda.is_available() and "triton" not in sys.modules:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def triton_status():
@@ -80,16 +87,16 @@ def _check_kernel_arguments(query, block_q, block_k):
 
 @functools.cache
 def _kernel():
-    """``flash_forward_kernel`` decorated by triton.jit, and whether Triton interprets it.
-
-    Triton reads TRITON_INTERPRET once, when it is first imported: on a machine without CUDA it is set
-    to 1 here, before that import, unless the learner has set it (or imported Triton) already.
-    """
-    if "triton" not in sys.modules and not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    """``flash_forward_kernel`` decorated by triton.jit, and whether Triton interprets it."""
     import triton
 
     from attn.triton_flash import flash_forward_kernel
 
     interpreting = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
     return triton.jit(flash_forward_kernel), interpreting
+
+
+def kernel_source():
+    """The source of ``flash_forward_kernel``, read from its file: printing it needs no Triton."""
+    text = (Path(__file__).parent / "triton_flash.py").read_text()
+    return text[text.index("def flash_forward_kernel"):].rstrip("\n")

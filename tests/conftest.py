@@ -6,9 +6,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Lesson 11's Triton kernel runs on a CPU only through Triton's interpreter, which Triton chooses when it is
+# first imported (some of PyTorch's modules import it): set before any test can import it.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Property tests are derandomised so that CI and a learner's machine try the same examples.
 settings.register_profile(

@@ -82,7 +82,10 @@ def _running_statistics(statistics, expected):
             "multiply it by exp(m_old - m_new) before adding the new block's exps."
         )
     if matches(statistics[1:], [old_sum * math.exp(expected[0] - old_max) + new_exps]):
-        return "your maximum is right, but the rescaling runs the wrong way: exp(m_old - m_new) is below 1 when the maximum rises."
+        return (
+            "your maximum is right, but the rescaling runs the wrong way: "
+            "exp(m_old - m_new) is below 1 when the maximum rises."
+        )
     if matches(statistics[1:], [np.exp(ROW[:2 * BLOCK]).sum()]):
         return "your maximum is right, but your sum adds exp(score) itself; the running sum adds exp(score - running maximum)."
     return "your maximum is right; " + how_far(statistics[1], expected[1], "your sum")

@@ -1,6 +1,7 @@
 """Benchmark the attention core (explicit vs fused) and whole layers (ours vs nn.MultiheadAttention).
 
     python -m attn.bench --out lessons/results/bench-NAME.json
+    python -m attn.bench --suite gpu --out lessons/results/gpu-NAME.json   (everything lesson 6 measures; attn/gpu_suite.py)
 
 Times are medians after warm-up, with the device synchronised around every run. The JSON
 records where it ran (device name, torch and CUDA versions, dtype, shapes, date) so that a
@@ -13,6 +14,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -189,12 +191,30 @@ def _parser():
     parser.add_argument("--lengths", type=_positive_int, nargs="+", default=None)
     parser.add_argument("--repeats", type=_positive_int, default=10)
     parser.add_argument("--out", type=_output_file, required=True, help="where to write the JSON results")
+    parser.add_argument("--suite", choices=["gpu"], default=None,
+                        help="gpu: the whole GPU suite (attn/gpu_suite.py), at its own fixed sizes")
+    parser.add_argument("--dry-run", action="store_true", help="with --suite gpu: every part at tiny sizes on the CPU")
     return parser
+
+
+def _run_suite(parser, args, argv):
+    """--suite gpu: checked like every other argument before anything runs, then handed to attn.gpu_suite."""
+    from attn import gpu_suite
+
+    device = torch.device("cpu") if args.dry_run else (args.device or pick_device())
+    problem = gpu_suite.check_arguments(device, args.out, args.dry_run, args.device)
+    if problem:
+        parser.error(problem)
+    return gpu_suite.main(device, args.out, args.dry_run, sys.argv[1:] if argv is None else argv)
 
 
 def main(argv=None):
     parser = _parser()
     args = parser.parse_args(argv)  # every argument is checked here, before anything runs
+    if args.dry_run and args.suite is None:
+        parser.error("argument --dry-run: only with --suite gpu")
+    if args.suite == "gpu":
+        return _run_suite(parser, args, argv)
     device = args.device if args.device is not None else pick_device()
     on_gpu = device.type != "cpu"
     if device.type == "mps" and args.dtype == "float64":

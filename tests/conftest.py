@@ -23,6 +23,11 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
 
 
+def pytest_configure(config):
+    """Register the ``cuda`` marker (see tests/devices.py), which ``pytest -m cuda`` selects."""
+    config.addinivalue_line("markers", "cuda: runs on a CUDA GPU, skipped where there is none (pytest -m cuda selects these)")
+
+
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory):
     """Build the book with -W -n --keep-going into a temporary folder; return its html folder."""

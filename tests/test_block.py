@@ -6,54 +6,59 @@ import torch
 from torch import nn
 
 from attn import TransformerBlock
+from tests.devices import DEVICES
 
 
-def torch_layer(activation="gelu", dtype=torch.float32, dropout=0.0, eps=1e-5, seed=0, **kwargs):
+def torch_layer(activation="gelu", dtype=torch.float32, dropout=0.0, eps=1e-5, seed=0, device="cpu", **kwargs):
     torch.manual_seed(seed)
     options = {"dim_feedforward": 40, "dropout": dropout, "activation": activation, "layer_norm_eps": eps}
     options.update({"norm_first": True, "batch_first": True, **kwargs})
-    return nn.TransformerEncoderLayer(16, 4, **options).to(dtype).eval()
+    return nn.TransformerEncoderLayer(16, 4, **options).to(device, dtype).eval()
 
 
 PADDING = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [False] + [True] * 5])  # ours: True = real token
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
 @pytest.mark.parametrize("activation", ["relu", "gelu", nn.GELU(), nn.functional.relu])
-def test_equals_torch_encoder_layer_with_a_padding_mask(dtype, tolerance, activation):
-    reference = torch_layer(activation, dtype, eps=1e-6)
+def test_equals_torch_encoder_layer_with_a_padding_mask(dtype, tolerance, activation, device):
+    reference = torch_layer(activation, dtype, eps=1e-6, device=device)
     ours = TransformerBlock.from_torch(reference)
     assert not ours.training and ours.norm1.eps == 1e-6 and ours.mlp[0].out_features == 40
-    x = torch.randn(3, 6, 16, dtype=dtype)
+    x = torch.randn(3, 6, 16, dtype=dtype, device=device)
+    padding = PADDING.to(device)
     # With gradients enabled PyTorch takes its ordinary path, so every position, padded ones included, is compared.
-    expected = reference(x, src_key_padding_mask=~PADDING)
-    output = ours(x, key_padding_mask=PADDING)
+    expected = reference(x, src_key_padding_mask=~padding)
+    output = ours(x, key_padding_mask=padding)
     assert output.dtype == dtype
     torch.testing.assert_close(output, expected, atol=tolerance, rtol=tolerance)
     # Under no_grad in eval mode PyTorch may take its fused "fast path", which need not compute padded
     # positions the same way (inside nn.TransformerEncoder it returns zeros there): compare real positions only.
     with torch.no_grad():
-        fast = reference(x, src_key_padding_mask=~PADDING)
-        output = ours(x, key_padding_mask=PADDING)
-    torch.testing.assert_close(output[PADDING], fast[PADDING], atol=tolerance, rtol=tolerance)
+        fast = reference(x, src_key_padding_mask=~padding)
+        output = ours(x, key_padding_mask=padding)
+    torch.testing.assert_close(output[padding], fast[padding], atol=tolerance, rtol=tolerance)
 
 
-def test_is_causal_equals_torch_with_a_causal_mask():
-    reference = torch_layer("relu")
+@pytest.mark.parametrize("device", DEVICES)
+def test_is_causal_equals_torch_with_a_causal_mask(device):
+    reference = torch_layer("relu", device=device)
     ours = TransformerBlock.from_torch(reference)
-    x = torch.randn(2, 6, 16)
-    blocked = torch.ones(6, 6, dtype=torch.bool).triu(diagonal=1)  # theirs: True = may not attend
+    x = torch.randn(2, 6, 16, device=device)
+    blocked = torch.ones(6, 6, dtype=torch.bool, device=device).triu(diagonal=1)  # theirs: True = may not attend
     expected = reference(x, src_mask=blocked, is_causal=True)
     torch.testing.assert_close(ours(x, is_causal=True), expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ours(x, mask=~blocked), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_gradients_equal_torch():
-    reference = torch_layer("gelu").train()
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_equal_torch(device):
+    reference = torch_layer("gelu", device=device).train()
     ours = TransformerBlock.from_torch(reference)
     assert ours.training
-    x = torch.randn(2, 5, 16, requires_grad=True)
-    upstream = torch.randn(2, 5, 16)
+    x = torch.randn(2, 5, 16, requires_grad=True, device=device)
+    upstream = torch.randn(2, 5, 16, device=device)
     (reference(x) * upstream).sum().backward()
     expected = x.grad.clone()
     x.grad = None

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from attn import KVCache, MultiHeadAttention, TransformerBlock
+from tests.devices import DEVICES
 
 
 def test_append_len_nbytes_reset():
@@ -69,13 +70,14 @@ SCHEDULES = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("num_kv_heads", [None, 2, 1])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_layer_decoding_with_a_cache_equals_one_full_causal_pass(schedule, num_kv_heads, need_weights):
+def test_layer_decoding_with_a_cache_equals_one_full_causal_pass(schedule, num_kv_heads, need_weights, device):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads).eval()
-    x = torch.randn(2, 7, 16)
+    layer = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads).to(device).eval()
+    x = torch.randn(2, 7, 16, device=device)
 
     def step(chunk, caches):
         output = layer(chunk, chunk, chunk, is_causal=True, need_weights=need_weights, cache=caches[0])
@@ -89,12 +91,13 @@ def test_layer_decoding_with_a_cache_equals_one_full_causal_pass(schedule, num_k
     assert len(caches[0]) == 7
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("num_kv_heads", [None, 2])
-def test_a_stack_of_two_blocks_decodes_with_one_cache_per_block(schedule, num_kv_heads):
+def test_a_stack_of_two_blocks_decodes_with_one_cache_per_block(schedule, num_kv_heads, device):
     torch.manual_seed(0)
-    blocks = [TransformerBlock(16, 4, num_kv_heads=num_kv_heads).eval() for _ in range(2)]
-    x = torch.randn(2, 7, 16)
+    blocks = [TransformerBlock(16, 4, num_kv_heads=num_kv_heads).to(device).eval() for _ in range(2)]
+    x = torch.randn(2, 7, 16, device=device)
 
     def stack(chunk, caches):
         for block, cache in zip(blocks, caches, strict=True):
@@ -109,11 +112,12 @@ def test_a_stack_of_two_blocks_decodes_with_one_cache_per_block(schedule, num_kv
     assert [len(cache) for cache in caches] == [7, 7]
 
 
-def test_padding_mask_covers_the_cached_positions():
+@pytest.mark.parametrize("device", DEVICES)
+def test_padding_mask_covers_the_cached_positions(device):
     torch.manual_seed(0)
-    layer = MultiHeadAttention(8, 2).eval()
-    x = torch.randn(2, 5, 8)
-    real = torch.tensor([[True] * 5, [False, True, True, True, True]])  # the second sequence is left-padded
+    layer = MultiHeadAttention(8, 2).to(device).eval()
+    x = torch.randn(2, 5, 8, device=device)
+    real = torch.tensor([[True] * 5, [False, True, True, True, True]], device=device)  # the second sequence is left-padded
     cache = KVCache()
     with torch.no_grad():
         full = layer(x, x, x, is_causal=True, key_padding_mask=real)

@@ -11,11 +11,7 @@ from attn.bench import attention_flops, peak_bf16_tflops, run_benchmark, share_o
 from attn.device import describe_device, pick_device
 from attn.multihead import explicit_attention, fused_attention, merge_heads, split_heads
 from tests.attention_reference import full_keep_mask, reference_attention
-
-DEVICES = [
-    pytest.param("cpu"),
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")),
-]
+from tests.devices import DEVICES
 
 
 def pair(embed_dim, num_heads, device, bias=True, seed=0):

@@ -12,6 +12,7 @@ from torch.nn import functional
 
 from attn.multihead import fused_attention
 from attn.triton_kernels import flash_forward, triton_status
+from tests.devices import CUDA
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason=triton_status())
 
@@ -22,7 +23,7 @@ DEVICES = [
             torch.cuda.is_available(), reason="with CUDA present this process compiles Triton for the GPU, not the CPU"
         ),
     ),
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")),
+    CUDA,
 ]
 
 # (B, H, T_q, T_k, d, is_causal, block): T not a multiple of the block, T_q != T_k both ways, d not a power of 2
@@ -60,6 +61,7 @@ def test_kernel_takes_non_contiguous_inputs(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_kernel_in_16_bits_on_cuda(dtype):
     torch.manual_seed(0)

@@ -10,6 +10,17 @@ from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# One math thread per process. pytest-xdist runs two workers and nbval starts a notebook kernel in each, so
+# two threads each (PyTorch's default on two cores) would ask for twice the cores there are, and oversubscribed
+# threads spin and wait for each other: tests ran up to 15 times slower. Set here, in the environment, before
+# the workers start and before any of them imports torch, so the workers and the kernels they start inherit it.
+# ATTN_TEST_THREADS chooses another number (for example with -n 0 on a machine with many cores).
+THREADS = os.environ.get("ATTN_TEST_THREADS", "1")
+for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[variable] = THREADS
+if "torch" in sys.modules:  # imported before this file by a plugin: set it directly too
+    sys.modules["torch"].set_num_threads(int(THREADS))
+
 # Property tests are derandomised so that CI and a learner's machine try the same examples.
 settings.register_profile(
     "course", derandomize=True, deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow]

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,9 +30,25 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "course"))
 
 
 @pytest.fixture(scope="session")
-def built_book(tmp_path_factory):
-    """Build the book with -W -n --keep-going into a temporary folder; return its html folder."""
-    output = tmp_path_factory.mktemp("book")
+def built_book(tmp_path_factory, worker_id):
+    """Build the book with -W -n --keep-going into a temporary folder; return its html folder.
+
+    Built once per test run: pytest-xdist workers share the run's temporary folder, and a lock (filelock comes
+    with PyTorch) makes the others wait for the first worker's build instead of building it again.
+    """
+    if worker_id == "master":  # no workers: this process's own folder
+        return _build_book(tmp_path_factory.mktemp("book"))
+    shared = tmp_path_factory.getbasetemp().parent  # this run's folder, above each worker's own
+    with FileLock(str(shared / "book.lock")):
+        output = shared / "book"
+        if not (output / "built").exists():  # the first worker here builds it; a failed build is tried again
+            output.mkdir(exist_ok=True)
+            _build_book(output)
+            (output / "built").touch()
+        return output / "_build" / "html"
+
+
+def _build_book(output):
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     command = [str(jupyter_book), "build", "--warningiserror", "--nitpick", "--keep-going", "--path-output", str(output), "."]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)

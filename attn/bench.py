@@ -11,7 +11,6 @@ plot can say where its numbers came from.
 import argparse
 import datetime
 import json
-import os
 import platform
 import statistics
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from attn.destinations import file_problem
 from attn.device import describe_device, pick_device
 from attn.multihead import MultiHeadAttention, explicit_attention, fused_attention
 
@@ -71,11 +71,21 @@ def _measure(function, device, repeats):
         seconds = median_seconds(function, device, repeats=repeats)
     except torch.OutOfMemoryError:
         return {"status": "out of memory"}
+    except RuntimeError as error:  # on the CPU, running out of memory is a RuntimeError from the allocator
+        if not is_cpu_out_of_memory(error):
+            raise
+        return {"status": "out of memory"}
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return {"status": "ok", "seconds": seconds, "peak_mib": peak}
+
+
+def is_cpu_out_of_memory(error):
+    """True for the RuntimeError PyTorch's CPU allocator raises when it cannot get the memory asked for."""
+    message = str(error)
+    return "can't allocate memory" in message or "not enough memory" in message or "DefaultCPUAllocator" in message
 
 
 def run_benchmark(device=None, dtype=torch.bfloat16, batch=4, heads=16, head_dims=(64, 128), lengths=(512, 1024, 2048, 4096),
@@ -170,15 +180,10 @@ def _positive_int(text):
 
 def _output_file(text):
     """--out: a file in a folder that exists and can be written, checked before anything runs."""
-    path = Path(text)
-    folder = path.parent
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name, such as {path / 'bench.json'}")
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"the folder {folder} does not exist; create it first")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise argparse.ArgumentTypeError(f"{text} cannot be written here (no permission)")
-    return path
+    problem = file_problem(text, example="bench.json")
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
 
 
 def _parser():

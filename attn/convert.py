@@ -69,6 +69,13 @@ def block_arguments(layer):
             "this nn.TransformerEncoderLayer has batch_first=False, so it reads inputs as (T, B, E); attn.TransformerBlock "
             "reads (B, T, E). Build it with batch_first=True (the weights are the same)"
         )
+    without_affine = [name for name in ("norm1", "norm2") if getattr(layer, name).weight is None]
+    if without_affine:
+        raise ValueError(
+            f"this layer's {' and '.join(without_affine)} has no learned scale and shift (elementwise_affine=False); "
+            "attn.TransformerBlock's LayerNorms have both, so from_torch copies only LayerNorms built with the default "
+            "elementwise_affine=True"
+        )
     if layer.linear1.bias is None or layer.norm1.bias is None:
         raise ValueError("from_torch copies nn.TransformerEncoderLayer built with bias=True (the default)")
     activation = activation_name(layer.activation)

@@ -41,6 +41,7 @@ class Decoder(nn.Module):
     def __init__(self, vocab_size, max_length, embed_dim=32, num_heads=4, num_layers=2, num_kv_heads=None, mlp_ratio=4):
         super().__init__()
         self.vocab_size, self.max_length = positive_int("vocab_size", vocab_size), positive_int("max_length", max_length)
+        embed_dim = positive_int("embed_dim", embed_dim)  # checked here, before nn.Embedding sees it
         self.token_embedding = nn.Embedding(self.vocab_size, embed_dim)
         self.position_embedding = nn.Embedding(self.max_length, embed_dim)
         layers = range(positive_int("num_layers", num_layers))
@@ -140,11 +141,13 @@ def seconds_per_token(model, length, use_cache, warmup=2, repeats=7, seed=0):
     prefilled once (not timed) and a step feeds one token; each timed step appends one more position
     to the caches, as generation does, so the model needs length - 1 + warmup + repeats positions.
     """
-    length = positive_int("length", length)
+    length, warmup, repeats = positive_int("length", length), _count("warmup", warmup), positive_int("repeats", repeats)
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache must be True or False, got {type_name(use_cache)} {use_cache!r}")
     needed = length + (warmup + repeats - 1 if use_cache else 0)
     _check_room(model, needed, "the positions this measurement needs")
     device = model.readout.weight.device
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(_seed(seed))
     tokens = torch.randint(model.vocab_size, (1, length), generator=generator).to(device)  # (1, length)
     model.eval()
     if not use_cache:
@@ -163,6 +166,8 @@ def sequence_accuracy(generated, expected):
         require_tensor(name, tensor)
     if generated.shape != expected.shape or generated.dim() != 2:
         raise ValueError(f"generated and expected must both be (N, T), got {tuple(generated.shape)} and {tuple(expected.shape)}")
+    if generated.numel() == 0:
+        raise ValueError(f"generated and expected are empty, shape {tuple(generated.shape)}: there is no sequence to score")
     return (generated == expected).all(dim=1).float().mean().item()
 
 
@@ -176,6 +181,9 @@ def check_tokens(model, tokens, name="tokens"):
     require_tensor(name, tokens)
     if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
         raise TypeError(f"{name} must hold integer token ids, got {tokens.dtype}; convert it with {name}.long()")
+    if tokens.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be int64 (or int32), the token ids nn.Embedding reads, got {tokens.dtype}; "
+                        f"convert it with {name}.long()")
     if tokens.dim() != 2 or tokens.shape[1] == 0:
         raise ValueError(f"{name} must have shape (B, T) with T >= 1, got {tuple(tokens.shape)}")
     device = model.readout.weight.device
@@ -216,6 +224,15 @@ def _count(name, value):
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == 0:
         return 0
     return positive_int(name, value)
+
+
+def _seed(value):
+    """``value`` as a seed PyTorch's generator takes: a whole number from -2**63 to 2**64 - 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"seed must be a whole number, got {type_name(value)} {value!r}")
+    if not -(2**63) <= value <= 2**64 - 1:
+        raise ValueError(f"seed must lie between -2**63 and 2**64 - 1 (what PyTorch's generator takes), got {value}")
+    return int(value)
 
 
 def _positive_number(name, value):

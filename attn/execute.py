@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from attn.destinations import file_problem
+
 LESSONS = Path(__file__).resolve().parent.parent / "lessons"
 
 
@@ -41,6 +43,23 @@ def execute(path, timeout=600):
     return seconds
 
 
+def notebook_problem(path):
+    """None if ``path`` is a notebook file that can be read, else a sentence saying what it is instead."""
+    import nbformat
+
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder; give notebook files, such as {path / '*.ipynb'}"
+    if not path.is_file():
+        return f"no such notebook: {path}"
+    try:
+        nbformat.validate(nbformat.read(path, as_version=4))
+    except Exception as error:  # noqa: BLE001 - JSON, encoding and schema errors all mean "not a notebook"
+        reason = " ".join(str(error).split())[:100]
+        return f"{path} is not a notebook Jupyter can run ({type(error).__name__}: {reason}); give a .ipynb file saved by Jupyter"
+    return None
+
+
 def title_of(path):
     """The notebook's first heading, without the leading '# '."""
     import nbformat
@@ -59,16 +78,20 @@ def times_table(times):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m attn.execute", description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to execute (default: every lesson)")
-    parser.add_argument("--times", type=Path, help="also write the running times as a Markdown table to this file")
+    parser.add_argument("--times", help="also write the running times as a Markdown table to this file")
     args = parser.parse_args(argv)
     notebooks = args.notebooks or sorted(LESSONS.glob("*.ipynb"))
-    missing = [str(path) for path in notebooks if not path.is_file()]
-    if missing:
-        parser.error(f"no such notebook: {', '.join(missing)}")
-    if args.times is not None and not args.times.parent.is_dir():
-        parser.error(f"--times: the folder {args.times.parent} does not exist")
+    for path in notebooks:  # every argument is checked before the first notebook runs
+        problem = notebook_problem(path)
+        if problem is not None:
+            parser.error(problem)
+    if args.times is not None:
+        problem = file_problem(args.times, example="lesson_times.md")
+        if problem is not None:
+            parser.error(f"--times: {problem}")
+        args.times = Path(args.times)
     times = []
     for path in notebooks:
         seconds = execute(path)

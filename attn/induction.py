@@ -23,6 +23,7 @@ import contextlib
 import json
 import math
 import numbers
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from attn.destinations import folder_problem
 from attn.multihead import MultiHeadAttention
 
 # The settings the lesson uses (chosen by the measurements reported with issue 15).
@@ -58,6 +60,16 @@ def _check_int(name, value, minimum=None, maximum=None):
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return int(value)
+
+
+SEEDS = (-(2**63), 2**64 - 1)  # the seeds torch.Generator.manual_seed takes
+
+
+def _check_seed(value):
+    value = _check_int("seed", value)
+    if not SEEDS[0] <= value <= SEEDS[1]:
+        raise ValueError(f"seed must lie between -2**63 and 2**64 - 1 (what PyTorch's generator takes), got {value}")
+    return value
 
 
 def _check_positive_float(name, value):
@@ -179,7 +191,7 @@ def make_repeat_data(num_sequences, length=MAX_LENGTH, block_lengths=TRAIN_BLOCK
     block_lengths = _check_block_lengths(block_lengths, length)
     if block_start is not None:
         block_start = _check_int("block_start", block_start, minimum=0, maximum=length - 2 * max(block_lengths))
-    seed = _check_int("seed", seed)
+    seed = _check_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     return _draw_repeat_data(generator, num_sequences, length, block_lengths, vocab_size, block_start)
 
@@ -217,7 +229,7 @@ class AttentionOnlyTransformer(nn.Module):
         self.num_heads = _check_int("num_heads", num_heads, minimum=1)
         self.num_layers = _check_int("num_layers", num_layers, minimum=1)
         self.max_length = _check_int("max_length", max_length, minimum=1)
-        seed = _check_int("seed", seed)
+        seed = _check_seed(seed)
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be a multiple of num_heads={num_heads}")
         with torch.random.fork_rng(devices=[]):  # seeded initial weights, global generator untouched
@@ -289,7 +301,7 @@ def train(model, steps=STEPS, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE
     steps = _check_int("steps", steps, minimum=1)
     batch_size = _check_int("batch_size", batch_size, minimum=1)
     learning_rate = _check_positive_float("learning_rate", learning_rate)
-    seed = _check_int("seed", seed)
+    seed = _check_seed(seed)
     length = _check_int("length", length, minimum=4, maximum=model.max_length)
     if model.vocab_size < length:
         raise ValueError(f"the model's vocab_size={model.vocab_size} is smaller than length={length}")
@@ -335,7 +347,7 @@ def training_batches(steps=STEPS, batch_size=BATCH_SIZE, seed=SEED, length=MAX_L
     """
     steps = _check_int("steps", steps, minimum=1)
     batch_size = _check_int("batch_size", batch_size, minimum=1)
-    seed = _check_int("seed", seed)
+    seed = _check_seed(seed)
     length = _check_int("length", length, minimum=4)
     vocab_size = _check_int("vocab_size", vocab_size, minimum=length)
     block_lengths = _check_block_lengths(block_lengths, length)
@@ -533,6 +545,7 @@ SETTINGS = dict(vocab_size=VOCAB_SIZE, embed_dim=EMBED_DIM, num_heads=NUM_HEADS,
                 block_lengths=list(TRAIN_BLOCK_LENGTHS), steps=STEPS, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE,
                 seed=SEED, positions="query_key", layer_norm=False)
 TEST_SEED = 1000  # the held-out sequences every reported accuracy is measured on
+LOG_NAME = "induction_training.json"
 
 
 def weights_path(folder, num_layers):
@@ -560,21 +573,62 @@ def train_and_save(out, num_layers_options=(1, 2)):
             "test_metrics": copy_metrics(model, make_repeat_data(2000, seed=TEST_SEED)),
             **{name: [round(value, 4) for value in values] for name, values in asdict(log).items()},
         }
-    (out / "induction_training.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out / LOG_NAME).write_text(json.dumps(record, indent=1) + "\n")
     return record
 
 
 def load_trained(folder, num_layers):
-    """The model saved by ``train_and_save`` in ``folder``, in eval mode."""
+    """The model saved by ``train_and_save`` in ``folder``, in eval mode.
+
+    Every problem (no such folder or file, a file that is not one of these models) is a
+    FileNotFoundError, NotADirectoryError or ValueError saying which file was expected and how to make it.
+    """
+    num_layers = _check_int("num_layers", num_layers, minimum=1)
+    path = _weights_file(folder, num_layers)
+    remake = f"make it with python -m attn.induction --out {folder}"
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception:  # noqa: BLE001 - torch.load fails in many ways on a file that is not its own; its advice is unsafe
+        raise ValueError(f"{path} is not a weights file saved by attn.induction (damaged, or something else); {remake}") from None
     model = AttentionOnlyTransformer(num_layers=num_layers)
-    model.load_state_dict(torch.load(weights_path(folder, num_layers), weights_only=True))
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError, KeyError):
+        raise ValueError(f"{path} holds another model's weights, not the lesson's {num_layers}-layer one; {remake}") from None
     return model.eval()
 
 
+def _weights_file(folder, num_layers):
+    """The path of ``num_layers``' weights in ``folder``, after checking that the folder and the file are there."""
+    if not isinstance(folder, str | os.PathLike) or str(folder) == "":
+        raise TypeError(f"folder must be a path such as 'lessons/models' (text or a pathlib.Path), got {folder!r:.60}")
+    folder, path = Path(folder), weights_path(folder, num_layers)
+    remake = f"python -m attn.induction --out {folder} trains and saves the lesson's models there"
+    if not folder.exists():
+        raise FileNotFoundError(f"there is no folder {folder}, so no {path.name} in it; {remake}")
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, not a folder; give the folder that holds {path.name}")
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} holds no {path.name} (the {num_layers}-layer model's weights); {remake}")
+    return path
+
+
+def _output_folder(text):
+    """--out: a folder that is there, or can be made, and can be written in; checked before training starts."""
+    problem = folder_problem(text)
+    if problem is None:
+        taken = [path for path in (*(weights_path(text, layers) for layers in (1, 2)), Path(text) / LOG_NAME) if path.is_dir()]
+        problem = f"{taken[0]} is a folder, so the file of that name cannot be written; move it away" if taken else None
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Train lesson 10's one- and two-layer models and save them.")
-    parser.add_argument("--out", required=True, help="folder for the weights and the training log")
-    args = parser.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m attn.induction",
+                                     description="Train lesson 10's one- and two-layer models and save them.")
+    parser.add_argument("--out", required=True, type=_output_folder, help="folder for the weights and the training log")
+    args = parser.parse_args(argv)  # --out is checked here, before three thousand steps of training
     record = train_and_save(args.out)
     for num_layers, result in record["models"].items():
         metrics = ", ".join(f"{name} {value:.3f}" for name, value in result["test_metrics"].items())

@@ -48,7 +48,7 @@ def apply_rotary(x, positions=None, base=10000.0):
     """
     import torch  # here, not at the top: the NumPy lessons import this module without PyTorch
 
-    from attn.validate import check_rotary_arguments
+    from attn.validate import check_rotary_angles, check_rotary_arguments
 
     check_rotary_arguments(x, positions, base)
     length, dim = x.shape[-2], x.shape[-1]
@@ -57,6 +57,7 @@ def apply_rotary(x, positions=None, base=10000.0):
         positions = torch.arange(length, device=x.device)
     frequencies = base ** (-torch.arange(0, dim, 2, dtype=compute, device=x.device) / dim)  # (d / 2,)
     angles = positions.to(compute)[..., None] * frequencies  # (..., T, d / 2)
+    check_rotary_angles(angles, base)
     cos, sin = angles.cos(), angles.sin()
     pairs = x.to(compute).unflatten(-1, (dim // 2, 2))  # (..., T, d / 2, 2)
     even, odd = pairs[..., 0], pairs[..., 1]

@@ -36,10 +36,20 @@ def require_floating(name, tensor):
         raise TypeError(f"{name} must hold floating-point numbers, got {tensor.dtype}; convert it with {name}.float()")
 
 
-def require_finite(name, tensor):
-    """ValueError if ``tensor`` holds NaN or inf (one reduction over the tensor, and a wait for its result)."""
+def require_finite(name, tensor, consequence="attention would spread it to every output that sees it"):
+    """ValueError if ``tensor`` holds NaN or inf (one reduction over the tensor, and a wait for its result).
+
+    A tensor on the meta device (shapes without numbers) is refused with a sentence, since nothing can be computed.
+    """
+    if tensor.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device, which keeps shapes but no numbers, so nothing can be computed from it; "
+            "create the layer and the inputs on a real device such as 'cpu' (a meta layer: layer.to_empty(device='cpu'))"
+        )
     if not torch.isfinite(tensor).all():
-        raise ValueError(f"{name} contains NaN or inf; attention would spread it to every output that sees it")
+        raise ValueError(f"{name} contains NaN or inf; {consequence}")
+
+
 
 
 def require_like(name, tensor, reference):
@@ -100,9 +110,18 @@ def check_sequence(name, tensor, embed_dim, weight):
 
 
 def check_block_input(block, x):
-    """The input of TransformerBlock.forward: (B, T, E), the block's dtype and device, finite."""
+    """The input of TransformerBlock.forward: (B, T, E), the block's dtype and device, finite, and small enough
+    that the first LayerNorm does not overflow on it (that costs one more LayerNorm, without gradients)."""
     check_sequence("x", x, block.attention.embed_dim, block.norm1.weight)
     require_finite("x", x)
+    with torch.no_grad():
+        normed = block.norm1(x)  # (B, T, E)
+    if not torch.isfinite(normed).all():
+        largest = x.abs().max().item()
+        raise ValueError(
+            f"the block's input x is finite, but its first LayerNorm (norm1) overflowed on it: the largest |x| is "
+            f"{largest:.3g}, too large for {x.dtype} once squared; scale x down, or use float64"
+        )
 
 
 def check_inputs(layer, query, key, value, is_causal, cache):
@@ -151,6 +170,9 @@ def check_attention_shapes(query, key, value):
         raise ValueError(f"key/value heads ({key.shape[1]}) must divide query heads ({num_heads})")
 
 
+MAX_MLP_BYTES = 2**36  # 64 GiB: a TransformerBlock whose MLP weights would need more is surely a typo
+
+
 def check_block_arguments(embed_dim, mlp_ratio, activation):
     """TransformerBlock's own arguments; returns the MLP's hidden width, mlp_ratio * embed_dim."""
     if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, numbers.Real):
@@ -158,6 +180,12 @@ def check_block_arguments(embed_dim, mlp_ratio, activation):
     hidden = mlp_ratio * embed_dim
     if not (math.isfinite(hidden) and hidden >= 1 and abs(hidden - round(hidden)) < 1e-6):
         raise ValueError(f"mlp_ratio * embed_dim must be a positive whole number of features, got {mlp_ratio} * {embed_dim}")
+    weight_bytes = 2 * round(hidden) * embed_dim * torch.get_default_dtype().itemsize  # the MLP's two weight matrices
+    if weight_bytes > MAX_MLP_BYTES:
+        raise ValueError(
+            f"mlp_ratio={mlp_ratio} gives an MLP of {round(hidden):,} hidden features, whose two weight matrices would need "
+            f"{weight_bytes / 2**30:,.0f} GiB; the usual mlp_ratio is 4"
+        )
     if not isinstance(activation, str):
         raise TypeError(f"activation must be the string 'gelu' or 'relu', got {type_name(activation)}")
     if activation not in ("gelu", "relu"):
@@ -171,6 +199,7 @@ def check_rotary_arguments(x, positions, base):
     require_floating("x", x)
     if x.dim() < 2 or x.shape[-1] == 0 or x.shape[-1] % 2:
         raise ValueError(f"x must have shape (..., T, d) with d even (features rotate in pairs), got {tuple(x.shape)}")
+    require_finite("x", x, "rotating it would carry it into every score it enters")
     if isinstance(base, bool) or not isinstance(base, numbers.Real):
         raise TypeError(f"base must be a positive number, got {type_name(base)} {base!r}")
     if not (math.isfinite(base) and base > 0):
@@ -228,3 +257,12 @@ def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_finite(name, tensor)
     return positive_int("block_q", block_q), positive_int("block_k", block_k)
+
+
+def check_rotary_angles(angles, base):
+    """ValueError if the rotation angles (..., T, d / 2) overflowed: a base so small that base^(-2i / d) is inf."""
+    if not torch.isfinite(angles).all():
+        raise ValueError(
+            f"base={base!r} makes the rotation angles overflow {angles.dtype} (the frequencies base^(-2i / d) or the "
+            "angles position * frequency reach inf); use a base above 1, such as the usual 10000"
+        )

@@ -6,14 +6,33 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from filelock import FileLock
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# One math thread per process. pytest-xdist runs two workers and nbval starts a notebook kernel in each, so
+# two threads each (PyTorch's default on two cores) would ask for twice the cores there are, and oversubscribed
+# threads spin and wait for each other: tests ran up to 15 times slower. Set here, in the environment, before
+# the workers start and before any of them imports torch, so the workers and the kernels they start inherit it.
+# ATTN_TEST_THREADS chooses another number (for example with -n 0 on a machine with many cores).
+THREADS = os.environ.get("ATTN_TEST_THREADS", "1")
+for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[variable] = THREADS
+if "torch" in sys.modules:  # imported before this file by a plugin: set it directly too
+    sys.modules["torch"].set_num_threads(int(THREADS))
+
+
+def _cuda_available():
+    """Whether PyTorch sees a CUDA GPU; torch is imported here, after the thread settings above."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 # Lesson 11's Triton kernel runs on a CPU only through Triton's interpreter, which Triton chooses when it is
 # first imported (some of PyTorch's modules import it): set before any test can import it.
-if not torch.cuda.is_available():
+if not _cuda_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Property tests are derandomised so that CI and a learner's machine try the same examples.
@@ -29,9 +48,25 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session")
-def built_book(tmp_path_factory):
-    """Build the book with -W -n --keep-going into a temporary folder; return its html folder."""
-    output = tmp_path_factory.mktemp("book")
+def built_book(tmp_path_factory, worker_id):
+    """Build the book with -W -n --keep-going into a temporary folder; return its html folder.
+
+    Built once per test run: pytest-xdist workers share the run's temporary folder, and a lock (filelock comes
+    with PyTorch) makes the others wait for the first worker's build instead of building it again.
+    """
+    if worker_id == "master":  # no workers: this process's own folder
+        return _build_book(tmp_path_factory.mktemp("book"))
+    shared = tmp_path_factory.getbasetemp().parent  # this run's folder, above each worker's own
+    with FileLock(str(shared / "book.lock")):
+        output = shared / "book"
+        if not (output / "built").exists():  # the first worker here builds it; a failed build is tried again
+            output.mkdir(exist_ok=True)
+            _build_book(output)
+            (output / "built").touch()
+        return output / "_build" / "html"
+
+
+def _build_book(output):
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     command = [str(jupyter_book), "build", "--warningiserror", "--nitpick", "--keep-going", "--path-output", str(output), "."]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -62,7 +62,32 @@ def test_out_must_be_given_and_must_be_a_file(capsys, tmp_path):
     assert f"argument --out: {tmp_path} is a folder" in error_of(capsys, ["--out", str(tmp_path)])
     a_file = tmp_path / "file"
     a_file.write_text("")
-    assert "does not exist" in error_of(capsys, ["--out", str(a_file / "x.json")])
+    assert f"argument --out: {a_file / 'x.json'} lies under {a_file}, which is a file, not a folder" in error_of(
+        capsys, ["--out", str(a_file / "x.json")]
+    )
+    assert "argument --out: the file name is empty; give one, such as bench.json" in error_of(capsys, ["--out", ""])
+    assert "argument --out: the file name is empty" in error_of(capsys, ["--out", "  "])
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_out_in_a_place_nobody_can_write_is_refused_first(capsys):
+    """/proc refuses new files even to root, so this runs as any user (the permission test above cannot run as root)."""
+    assert "argument --out: /proc/bench.json cannot be written here" in error_of(capsys, ["--out", "/proc/bench.json"])
+
+
+def test_running_out_of_cpu_memory_is_a_row_not_a_crash():
+    """On the CPU, PyTorch reports an allocation that fails as a RuntimeError, not torch.OutOfMemoryError."""
+
+    def allocates_too_much():
+        torch.empty(2**62, dtype=torch.uint8)
+
+    assert bench._measure(allocates_too_much, torch.device("cpu"), repeats=1) == {"status": "out of memory"}
+
+    def fails_otherwise():
+        raise RuntimeError("a real bug")
+
+    with pytest.raises(RuntimeError, match="a real bug"):
+        bench._measure(fails_otherwise, torch.device("cpu"), repeats=1)
 
 
 @pytest.mark.usefixtures("nothing_runs")

@@ -251,6 +251,27 @@ def test_primer_checks(capsys):
     assert "expected" in printed(capsys, "P.2", lambda logits, targets: functional.cross_entropy(logits.softmax(-1), targets))
 
 
+def test_cross_entropy_by_hand_must_not_call_cross_entropy(capsys):
+    """Exercise P.2 says "without calling it": PyTorch's cross-entropy, by any of its names, is refused."""
+    from torch.nn import functional
+    from torch.nn.functional import cross_entropy as imported_alias
+
+    def by_loss_module(logits, targets):
+        return torch.nn.CrossEntropyLoss()(logits, targets)
+
+    for name, function in {
+        "functional.cross_entropy": functional.cross_entropy,
+        "a wrapper": lambda logits, targets: functional.cross_entropy(logits, targets),
+        "an imported alias": lambda logits, targets: imported_alias(logits, targets),
+        "nn.CrossEntropyLoss": by_loss_module,
+    }.items():
+        line = printed(capsys, "P.2", function)
+        assert line.startswith("Not yet") and "calls functional.cross_entropy" in line, f"{name}: {line}"
+    assert functional.cross_entropy is imported_alias, "the watch is undone after the check"
+    by_nll_loss = printed(capsys, "P.2", lambda logits, targets: functional.nll_loss(logits.log_softmax(-1), targets))
+    assert by_nll_loss.startswith("Correct"), by_nll_loss
+
+
 def test_checks_survive_answers_of_the_wrong_kind(capsys):
     for exercise_id in ("2.2", "4.1", "5.3", "P.1", "P.2", "6.2", "6.3", "7.3"):
         assert printed(capsys, exercise_id, "not a number").startswith("Not yet")
@@ -465,7 +486,7 @@ def test_counts_must_be_whole():
         (np.array([]), "is empty (shape (0,))"),
         ([], "is empty"),
         (print, "is a function"),
-        (int, "is a function"),
+        (int, "is the class int itself"),
         ((i for i in range(3)), "is a generator"),
         (np.array(["a"]), "holds text"),
         (np.array([1, None], dtype=object), "dtype object"),

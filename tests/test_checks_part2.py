@@ -4,6 +4,7 @@ The sweep of wrong kinds of answer over every registered exercise is in test_exe
 """
 
 import numpy as np
+import pytest
 import torch
 
 from attn import KVCache, MultiHeadAttention, TransformerBlock, apply_rotary
@@ -94,15 +95,51 @@ def test_decoding_by_hand():
             output = layer(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], is_causal=True, cache=cache)
         return output
 
-    def full_causal_pass(layer, x):  # not decoding, but the same numbers: accepted
-        return layer(x, x, x, is_causal=True)
-
     assert "one KVCache before the loop" in not_yet("9.3", without_cache)
     assert "later ones too" in not_yet("9.3", whole_sequence)
     assert "last step only" in not_yet("9.3", last_step_only)
-    correct("9.3", full_causal_pass)
     assert "decoding function" in not_yet("9.3", None)
     assert "raised TypeError" in not_yet("9.3", lambda layer: layer)
+
+
+def test_decoding_by_hand_must_decode_as_the_exercise_asks():
+    """The right numbers are not enough: T calls of one token each, all through one KVCache made inside the function."""
+
+    def full_causal_pass(layer, x):
+        return layer(x, x, x, is_causal=True)
+
+    def growing_prefix(layer, x):  # re-feeds the whole prefix at every step, keeping the last row
+        return torch.cat([layer(x[:, :t + 1], x[:, :t + 1], x[:, :t + 1], is_causal=True)[:, -1:] for t in range(x.shape[1])], 1)
+
+    def warm_up_first(layer, x):  # one extra call with a cache of its own, then the right loop
+        layer(x[:, :1], x[:, :1], x[:, :1], cache=KVCache())
+        return decode_with_cache(layer, x)
+
+    def prefill_then_steps(layer, x):
+        cache = KVCache()
+        first = layer(x[:, :2], x[:, :2], x[:, :2], is_causal=True, cache=cache)
+        rest = [layer(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], is_causal=True, cache=cache) for t in range(2, x.shape[1])]
+        return torch.cat([first, *rest], dim=1)
+
+    outside = KVCache()
+
+    def cache_made_outside(layer, x):
+        outputs = [layer(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], is_causal=True, cache=outside) for t in range(x.shape[1])]
+        return torch.cat(outputs, dim=1)
+
+    def positional_cache(layer, x):  # the cache passed as the eighth positional argument of forward: allowed
+        cache = KVCache()
+        outputs = [layer.forward(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], None, None, True, False, cache) for t in range(6)]
+        return torch.cat(outputs, dim=1)
+
+    without = "called without a cache; the exercise asks for 6 calls of one token each"
+    assert without in not_yet("9.3", full_causal_pass)
+    assert without in not_yet("9.3", growing_prefix)
+    assert "your calls used 2 different caches" in not_yet("9.3", warm_up_first)
+    assert "your calls fed 2, 1, 1, 1, 1 tokens" in not_yet("9.3", prefill_then_steps)
+    assert "already held 6 positions when your function started" in not_yet("9.3", cache_made_outside)
+    assert "already held" in not_yet("9.3", cache_made_outside), "a second check of the same function: still the hint"
+    correct("9.3", positional_cache)
 
 
 def test_checks_leave_the_learners_random_numbers_alone():
@@ -178,3 +215,41 @@ def test_a_single_earlier_occurrence():
     assert "position of the answer" in not_yet("10.3", lesson10.EARLIER + 1)
     assert "between 0 and 63" in not_yet("10.3", 64)
     assert "between 0 and 63" in not_yet("10.3", -1)
+
+
+@pytest.fixture
+def fresh_measurement():
+    """Exercise 10.2's measurement is cached: start and end each test without it."""
+    lesson10._induction_score_without_previous_token_head.cache_clear()
+    yield
+    lesson10._induction_score_without_previous_token_head.cache_clear()
+
+
+@pytest.mark.usefixtures("fresh_measurement")
+def test_a_lesson_10_check_without_the_models_says_where_it_looked(monkeypatch, tmp_path):
+    monkeypatch.setattr(lesson10, "MODEL_FOLDERS", (tmp_path / "models",))
+    monkeypatch.chdir(tmp_path)
+    line = not_yet("10.2", 3)
+    assert "induction_2layer.pt" in line and str(tmp_path / "models") in line
+    assert "python -m attn.induction --out lessons/models" in line
+    assert "nothing yet" in not_yet("10.2", ...), "the learner's answer is read first"
+
+
+@pytest.mark.usefixtures("fresh_measurement")
+def test_a_lesson_10_check_names_a_damaged_model(monkeypatch, tmp_path):
+    (tmp_path / "induction_2layer.pt").write_bytes(b"not a model")
+    monkeypatch.setattr(lesson10, "MODEL_FOLDERS", (tmp_path,))
+    line = not_yet("10.2", 3)
+    assert "cannot be loaded" in line and "not a weights file" in line and "weights_only" not in line
+
+
+@pytest.mark.usefixtures("fresh_measurement")
+def test_an_installed_package_finds_the_models_from_the_lessons_folder(monkeypatch, tmp_path):
+    """Installed (not editable), the package has no lessons/ beside it: the check looks under the current folder."""
+    beside_the_package = tmp_path / "site-packages" / "lessons" / "models"
+    monkeypatch.setattr(lesson10, "MODEL_FOLDERS", (beside_the_package, *lesson10.MODEL_FOLDERS[1:]))
+    monkeypatch.chdir(ROOT / "lessons")  # where the lesson runs: models/ is right there
+    correct("10.2", 3)
+    lesson10._induction_score_without_previous_token_head.cache_clear()
+    monkeypatch.chdir(ROOT)  # from the course's folder: lessons/models/
+    correct("10.2", 3)

@@ -3,6 +3,7 @@ scores and the ablation give known answers on hand-built patterns, and training 
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -603,15 +604,35 @@ def test_the_heads_of_the_shipped_model_are_told_apart_by_their_scores_and_ablat
     assert accuracies[1, 1 - induction_head] > intact - 0.02, "the other layer-2 head is not needed"
 
 
+# Steps of the two-layer model's training that the retraining test repeats: the first 1,000 of the 3,000 cover its
+# phase change (step 857 in the log) and take about 25 s on one core; ATTN_RETRAIN_STEPS=3000 repeats them all.
+RETRAIN_STEPS = int(os.environ.get("ATTN_RETRAIN_STEPS", "1000"))
+
+
+def window_means(losses, window=50):
+    """The mean of each run of ``window`` consecutive losses (the last partial run dropped)."""
+    return [sum(losses[start:start + window]) / window for start in range(0, len(losses) - window + 1, window)]
+
+
 def test_retraining_with_the_same_seed_reproduces_the_shipped_two_layer_model():
-    """Tolerance: accuracies within 0.03 and the phase change within 100 steps of the log; on
-    the machine that produced the log (same torch, same CPU) the match is exact."""
+    """Same seed, same log, same accuracies, for as many steps as RETRAIN_STEPS.
+
+    Tolerance: the first 50 steps' losses within 1e-3 of the log (same data, same start), every 50-step mean of
+    the three losses within 0.05, the phase change within 100 steps; after the phase change the second copy is
+    copied and the first is not. With all 3,000 steps the test accuracies are within 0.03 of the log. On the
+    machine that produced the log (same torch, one thread, same CPU) every logged loss matches to its 4 decimals.
+    """
     record = shipped_record()
-    logged = record["models"]["2"]
+    logged, steps = record["models"]["2"], min(RETRAIN_STEPS, record["settings"]["steps"])
+    assert steps >= logged["phase_change_step"] + 100, f"ATTN_RETRAIN_STEPS={steps} stops before the phase change"
     model = AttentionOnlyTransformer(num_layers=2, seed=SEED)
-    log = train(model)
+    log = train(model, steps=steps)
     assert log.losses[:50] == pytest.approx(logged["losses"][:50], abs=1e-3), "the same data and the same start"
+    for name in ("losses", "first_copy_losses", "second_copy_losses"):
+        assert window_means(getattr(log, name)) == pytest.approx(window_means(logged[name][:steps]), abs=0.05), name
     assert abs(phase_change_step(log.second_copy_losses) - logged["phase_change_step"]) <= 100
     measured = copy_metrics(model, make_repeat_data(2000, seed=TEST_SEED))
-    for name in ("first_copy_accuracy", "second_copy_accuracy"):
-        assert measured[name] == pytest.approx(logged["test_metrics"][name], abs=0.03), name
+    assert measured["second_copy_accuracy"] > 0.9 and measured["first_copy_accuracy"] < 0.03, "the heads have formed"
+    if steps == record["settings"]["steps"]:
+        for name in ("first_copy_accuracy", "second_copy_accuracy"):
+            assert measured[name] == pytest.approx(logged["test_metrics"][name], abs=0.03), name

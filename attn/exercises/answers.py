@@ -95,14 +95,25 @@ def normalise(answer, expects):
     if answer is None or answer is Ellipsis:
         replacement = {Function: "your function", Shape: "a tuple"}.get(type(expects), "your code")
         raise AnswerError(f"nothing yet for {expects.what}: replace the ... with {replacement}.")
+    if isinstance(answer, type):
+        raise AnswerError(_class_problem(answer, expects))
     if isinstance(expects, Function):
         return _called(answer, expects)
     if callable(answer):
         raise AnswerError(f"{expects.what} is a function, but it should be {expects.noun}: call it and give its result.")
     array = _as_array(answer, expects)
     if isinstance(expects, Shape):
+        _check_not_the_array_itself(answer, array, expects)
         return _shape(array, expects)
     return _numbers(array, expects)
+
+
+def _class_problem(kind, expects):
+    """The sentence for a class (such as ``int`` or ``torch.Tensor``) given as the answer."""
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    if isinstance(expects, Function):
+        return f"{expects.what} is the class {name}, not a function: pass the function you wrote with def, by its name."
+    return f"{expects.what} is the class {name} itself, but it should be {expects.noun}: give a value, not a type."
 
 
 # Any answer as a NumPy array --------------------------------------------------------------
@@ -114,6 +125,8 @@ def _as_array(answer, expects, depth=0):
     if depth > 32:  # NumPy allows 64 dimensions; no answer in the course needs more than a few
         raise AnswerError(f"{what} is lists inside lists {depth} levels deep; no answer here is nested like that.")
     answer = _from_torch(answer, what)
+    if isinstance(answer, np.ma.MaskedArray):
+        return _unmasked(answer, what)
     if isinstance(answer, np.ndarray):
         return answer
     if answer is None:  # inside a list: the whole answer being None is "nothing yet"
@@ -124,7 +137,7 @@ def _as_array(answer, expects, depth=0):
     if isinstance(answer, str | bytes):
         raise AnswerError(_text_problem(answer, expects, nested))
     if isinstance(answer, list | tuple):
-        return _stack([_as_array(item, expects, depth + 1) for item in answer], what)
+        return _stack([_as_array(item, expects, depth + 1) for item in answer], expects)
     if isinstance(answer, numbers.Number | np.generic):
         return _scalar(answer)
     where = "has" if nested else "is"
@@ -138,6 +151,19 @@ def _as_array(answer, expects, depth=0):
     if array is None or array.dtype == object:
         raise AnswerError(not_numbers)
     return array
+
+
+def _unmasked(answer, what):
+    """A NumPy masked array as a plain array when nothing is hidden; with hidden entries, a sentence."""
+    hidden = int(np.count_nonzero(np.ma.getmaskarray(answer)))
+    if hidden:
+        verb = "is" if hidden == 1 else "are"
+        entries = "its one entry is" if answer.size == 1 else f"{hidden} of its {answer.size} entries {verb}"
+        raise AnswerError(
+            f"{what} is a NumPy masked array, and {entries} masked (hidden), so it cannot be judged: "
+            "give a plain array, for example with .filled(value) or np.asarray(...)."
+        )
+    return np.asarray(np.ma.getdata(answer))
 
 
 def _from_torch(answer, what):
@@ -179,8 +205,9 @@ def _scalar(number):
     return array
 
 
-def _stack(items, what):
+def _stack(items, expects):
     """One array from the items of a list, which must all have the same shape and kind."""
+    what = expects.what
     if not items:
         return np.zeros((0,))
     shapes = list(dict.fromkeys(item.shape for item in items))
@@ -191,6 +218,9 @@ def _stack(items, what):
             f"so together they do not make an array; give every row the same length."
         )
     if len({item.dtype == bool for item in items}) > 1:
+        if getattr(expects, "kind", "") == "mask":
+            meaning = expects.meaning
+            raise AnswerError(f"{what} mixes True/False values with numbers; write every entry as True or False ({meaning}).")
         raise AnswerError(f"{what} mixes True/False values with numbers; give numbers only.")
     return np.stack(items)
 
@@ -245,9 +275,12 @@ def _check_finite(values, expects, single):
 def _whole(values, expects, single):
     fractional = values != np.round(values)
     if fractional.any():
-        example = show(values[fractional][0])
+        value = values[fractional][0]
+        example, nearest = _apart(value, np.round(value))  # enough digits to tell it from the whole number
         start = f"should be a whole number, but it is {example}" if single else f"should hold whole numbers, but it has {example}"
-        raise AnswerError(f"{expects.what} {start}.")
+        nearly = abs(value - np.round(value)) < 1e-6
+        hint = f", not quite {nearest}: if rounding error made it so, round it with round()" if nearly else ""
+        raise AnswerError(f"{expects.what} {start}{hint}.")
     if (np.abs(values) >= 2.0**62).any():
         raise AnswerError(f"{expects.what} is far too large to be the answer.")
     return values.astype(np.int64)
@@ -265,11 +298,26 @@ def _mask(array, expects):
     if zero_or_one.all():
         return array
     if np.isin(values, (0.0, -np.inf)).all():
+        held = "0 and -inf" if (values == 0).any() else ("-inf" if values.ndim == 0 else "only -inf")
+        verb = "is" if values.ndim == 0 else "holds"
         raise AnswerError(
-            f"{what} holds 0 and -inf: that is an additive float mask, which is added to the scores; this exercise "
-            f"asks for a boolean mask ({meaning}): build it with dtype=bool."
+            f"{what} {verb} {held}: that is how an additive float mask is written (0 to keep, -inf to block), added to "
+            f"the scores; this exercise asks for a boolean mask ({meaning}): build it with dtype=bool."
         )
     raise AnswerError(f"{what} holds {show(values[~zero_or_one][0])}, but a mask holds only True and False ({meaning}).")
+
+
+def _check_not_the_array_itself(answer, array, expects):
+    """An array or tensor of numbers where its shape is asked: suggest ``.shape``."""
+    if not (isinstance(answer, np.ndarray) or _kind_of(answer) == "tensor") or array.dtype.kind not in "biuf":
+        return
+    with np.errstate(all="ignore"):
+        not_sizes = array.ndim > 1 or array.dtype == bool or not np.array_equal(array, np.round(array))
+    if not_sizes:
+        raise AnswerError(
+            f"{expects.what} is {_a(_kind_of(answer))} of shape {tuple(array.shape)}, but the question asks for a shape: "
+            "give its .shape (a tuple), not the array itself."
+        )
 
 
 def _shape(array, expects):
@@ -294,12 +342,13 @@ def _shape(array, expects):
 def attempt(function, *arguments):
     """Call a learner's function: ``(output, None)``, or ``(None, the exception it raised)``.
 
-    Whatever it prints is kept out of the check's one-line verdict.
+    Whatever it prints is kept out of the check's one-line verdict; ``sys.exit()`` (SystemExit) is
+    reported like any error, so that it never stops the check or the kernel.
     """
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
             return function(*arguments), None
-        except Exception as error:  # noqa: BLE001 - whatever a learner's function raises is reported, not re-raised
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - whatever a learner's function raises is reported
             return None, error
 
 
@@ -309,6 +358,9 @@ def call(function, label, arguments, returns):
     ``label`` says how it was called, for the sentence: "with 'apple'".
     """
     output, error = attempt(function, *arguments)
+    if isinstance(error, SystemExit):
+        stops = "which stops the program: return a value instead"
+        raise AnswerError(f"called {label}, your function called sys.exit() (or exit()), {stops}.")
     if error is not None:
         raise AnswerError(f"called {label}, your function raised {type(error).__name__}{_colon(error)}.")
     if output is None:
@@ -414,6 +466,15 @@ def _pair(got, expected):
     """Both numbers as text, with just enough digits to tell them apart."""
     for digits in range(4, 18):
         shown = _number_text(got, digits), _number_text(expected, digits)
+        if shown[0] != shown[1]:
+            break
+    return shown
+
+
+def _apart(value, other):
+    """Both numbers in the general format, with the fewest digits (6 at least) that tell them apart."""
+    for digits in range(6, 18):
+        shown = f"{value:.{digits}g}", f"{other:.{digits}g}"
         if shown[0] != shown[1]:
             break
     return shown

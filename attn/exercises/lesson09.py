@@ -5,7 +5,7 @@ torch is imported inside the functions, so that ``import attn`` stays free of it
 
 import numpy as np
 
-from attn.exercises.answers import Array, Function, Number, compare, matches
+from attn.exercises.answers import Array, Function, Number, attempt, compare, matches
 from attn.exercises.registry import exercise
 
 # Exercise 9.1's model: 24 layers, 16 query heads of d = 128 sharing H_kv = 4 key/value heads, 32,768 tokens, bfloat16.
@@ -23,16 +23,37 @@ def _end_aligned(t_q, t_k):
 
 
 def _layer_and_input():
-    """A fresh seeded layer and input (B, T, E), made without touching the learner's random numbers."""
-    import torch
+    """A fresh seeded layer and input (B, T, E), made without touching the learner's random numbers.
 
-    from attn.multihead import MultiHeadAttention
+    The layer notes every call made to it (see ``_watched_layer_class``), so the check can see how it was used.
+    """
+    import torch
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(9)
-        layer = MultiHeadAttention(EMBED, LAYER_HEADS).eval()
+        layer = _watched_layer_class()(EMBED, LAYER_HEADS).eval()
         x = torch.randn(BATCH, LENGTH, EMBED)
     return layer, x
+
+
+def _watched_layer_class():
+    """A MultiHeadAttention that records, for every call, (tokens in the query, the cache, its length before the call)."""
+    from attn.kvcache import KVCache
+    from attn.multihead import MultiHeadAttention
+
+    class WatchedMultiHeadAttention(MultiHeadAttention):
+        def forward(self, query, *arguments, **options):
+            cache = options.get("cache", arguments[6] if len(arguments) > 6 else None)
+            tokens = query.shape[1] if getattr(query, "ndim", 0) == 3 else None
+            self.calls.append((tokens, cache, len(cache) if isinstance(cache, KVCache) else None))
+            return super().forward(query, *arguments, **options)
+
+    def init(self, *arguments):
+        MultiHeadAttention.__init__(self, *arguments)
+        self.calls = []
+
+    WatchedMultiHeadAttention.__init__ = init
+    return WatchedMultiHeadAttention
 
 
 def _decoding_calls():
@@ -127,4 +148,36 @@ def _decoding_by_hand(decoded, expected):
         return "each step saw only its own token: create one KVCache before the loop and pass it as cache= to every call."
     if matches(output, everything, atol=1e-5):
         return "every token saw all the others, later ones too: feed one token per call, with the cache, and is_causal=True."
-    return compare(output, target, "what your function returned", atol=1e-5)
+    problem = compare(output, target, "what your function returned", atol=1e-5)
+    calls, error = _watched_calls(decoded.function)
+    if calls and calls[0][2]:
+        return (
+            f"your KVCache already held {calls[0][2]} positions when your function started (left from an earlier run): "
+            "create it inside your function, so that every run starts with an empty cache."
+        )
+    return problem or _usage_problem(calls, error)
+
+
+def _watched_calls(function):
+    """Run ``function`` once more on a watched layer: its calls (tokens, cache, cached positions), and any error."""
+    layer, x = _layer_and_input()
+    _, error = attempt(function, layer, x)
+    return layer.calls, error
+
+
+def _usage_problem(calls, error):
+    """None if the calls were T calls of one token each through one KVCache, else what the function did instead."""
+    if error is not None:
+        return f"your function gave the right numbers once, but raised {type(error).__name__} when run again on a fresh layer."
+    if not calls:
+        return "your function never called the layer it was given; feed x through it, one token per call."
+    tokens, caches, _ = zip(*calls, strict=True)
+    instead = f"the exercise asks for {LENGTH} calls of one token each, all with cache= one KVCache"
+    if any(cache is None for cache in caches):
+        return f"the numbers are right, but the layer was called without a cache; {instead}."
+    if len({id(cache) for cache in caches}) > 1:
+        return f"the numbers are right, but your calls used {len({id(cache) for cache in caches})} different caches; {instead}."
+    if any(count != 1 for count in tokens) or len(tokens) != LENGTH:
+        fed = ", ".join(str(count) for count in tokens)
+        return f"the numbers are right, but your calls fed {fed} tokens; {instead}."
+    return None

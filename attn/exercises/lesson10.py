@@ -9,10 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
-from attn.exercises.answers import Array, Number, compare, matches
+from attn.exercises.answers import AnswerError, Array, Number, compare, matches
 from attn.exercises.registry import exercise
 
-MODELS = Path(__file__).resolve().parents[2] / "lessons" / "models"  # the lesson's trained weights
+# Where exercise 10.2's check looks for the lesson's trained weights, in this order: the clone's lessons/models
+# beside the attn package (an editable install), then models/ and lessons/models/ under the current folder (the
+# lesson runs in lessons/, so an installed package finds the weights there too).
+MODELS = Path(__file__).resolve().parents[2] / "lessons" / "models"
+MODEL_FOLDERS = (MODELS, Path("models"), Path("lessons") / "models")
 
 SEQUENCE_SEED, QUERY = 16, 21  # exercise 10.1: make_repeat_data(1, seed=16), whose query 21 is in the second copy
 BLOCK_LENGTH = 8  # that sequence's block: positions 10-17, again at 18-25 (the tests check it)
@@ -51,15 +55,33 @@ def single_repeat_sequence():
 @functools.cache
 def _induction_score_without_previous_token_head():
     """Layer 2's induction head's score on the second copy with layer 1's previous-token head zeroed, measured."""
-    from attn.induction import TEST_SEED, ablate_head, head_scores, load_trained, make_repeat_data
+    from attn.induction import TEST_SEED, ablate_head, head_scores, make_repeat_data
 
-    model = load_trained(MODELS, 2)
+    model = _trained_two_layer_model()
     data = make_repeat_data(500, seed=TEST_SEED)
     previous, induction = head_scores(model, data)  # (layers, heads) each
     previous_token_head, induction_head = int(previous[0].argmax()), int(induction[1].argmax())
     with ablate_head(model, 0, previous_token_head):
         _, ablated = head_scores(model, data)
     return ablated[1, induction_head].item()
+
+
+def _trained_two_layer_model():
+    """The lesson's two-layer model, from the first of MODEL_FOLDERS that holds it; AnswerError if none can be read."""
+    from attn.induction import load_trained, weights_path
+
+    folder = next((folder for folder in MODEL_FOLDERS if weights_path(folder, 2).is_file()), None)
+    if folder is None:
+        looked = ", ".join(str(folder) for folder in dict.fromkeys(MODEL_FOLDERS))
+        raise AnswerError(
+            f"this check measures lesson 10's trained model, {weights_path('', 2)}, and it is in none of the folders "
+            f"it looks in ({looked}); run the check from the lesson's folder, or make the models with "
+            "python -m attn.induction --out lessons/models."
+        )
+    try:
+        return load_trained(folder, 2)
+    except (OSError, ValueError, TypeError) as error:
+        raise AnswerError(f"this check measures lesson 10's trained model, but it cannot be loaded: {error}") from None
 
 
 def _option_measured():

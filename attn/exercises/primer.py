@@ -1,10 +1,13 @@
 """The PyTorch primer's exercises (read between lessons 5 and 6): nn.Linear by hand, cross-entropy by hand.
 
-torch is imported inside the functions, so that ``import attn`` stays free of it. The
-solutions are PyTorch's own functions, so each check compares the learner's code with them.
+torch is imported inside the functions, so that ``import attn`` stays free of it. P.1's solution
+is PyTorch's own function; P.2's is the computation by hand, since the exercise asks for it without
+calling functional.cross_entropy (the check watches for that call).
 """
 
-from attn.exercises.answers import Array, Function, Number, compare, matches
+import contextlib
+
+from attn.exercises.answers import Array, Function, Number, attempt, compare, matches
 from attn.exercises.registry import exercise
 
 LINEAR_CASES = ((5, 3, 11), (2, 4, 12))  # (N, features, seed): square weights, so a missing .T gives numbers, not an error
@@ -44,11 +47,50 @@ def _torch_linear(x, weight, bias):
     return functional.linear(x, weight, bias)
 
 
-def _torch_cross_entropy(logits, targets):
-    """PyTorch's own cross-entropy: logits (N, C), targets (N,) -> the mean loss."""
+def _loss_by_hand(logits, targets):
+    """The mean over the examples of -log softmax(logits)[right class]: logits (N, C), targets (N,) -> one number."""
+    import torch
+
+    log_probabilities = torch.log_softmax(logits, dim=-1)  # (N, C)
+    return -log_probabilities[torch.arange(len(targets)), targets].mean()
+
+
+@contextlib.contextmanager
+def _watching_cross_entropy():
+    """Inside the block, every call of PyTorch's cross-entropy is noted in the yielded list (and still computed).
+
+    Both functional.cross_entropy and the kernel it calls are watched, so an imported alias or
+    nn.CrossEntropyLoss is seen too.
+    """
+    import torch
     from torch.nn import functional
 
-    return functional.cross_entropy(logits, targets)
+    seen = []
+    watched = [(functional, "cross_entropy"), (torch._C._nn, "cross_entropy_loss")]
+    originals = [getattr(owner, name) for owner, name in watched]
+
+    def watch(original):
+        def noted(*arguments, **options):
+            seen.append(True)
+            return original(*arguments, **options)
+
+        return noted
+
+    for (owner, name), original in zip(watched, originals, strict=True):
+        setattr(owner, name, watch(original))
+    try:
+        yield seen
+    finally:
+        for (owner, name), original in zip(watched, originals, strict=True):
+            setattr(owner, name, original)
+
+
+def _calls_cross_entropy(function):
+    """True when ``function``, called as the check calls it, uses PyTorch's cross-entropy."""
+    _, arguments = _loss_calls()[0]
+    with _watching_cross_entropy() as seen:
+        attempt(function, *arguments)
+    return bool(seen)
 
 
 def _all_match(answer, mistake, calls):
@@ -127,7 +169,7 @@ def _loss_mistakes():
 @exercise(
     "P.2",
     Function("your loss function", calls=_loss_calls, returns=Number("the loss")),
-    solution=lambda: _torch_cross_entropy,
+    solution=lambda: _loss_by_hand,
     success="the mean over the examples of -log softmax(logits)[right class] is exactly what F.cross_entropy computes.",
 )
 def _cross_entropy_by_hand(answer, expected):
@@ -137,4 +179,10 @@ def _cross_entropy_by_hand(answer, expected):
     for mistake, hint in _loss_mistakes():
         if _all_match(answer, mistake, _loss_calls):
             return hint
-    return _first_problem(answer, expected, "the loss your function returned")
+    problem = _first_problem(answer, expected, "the loss your function returned")
+    if problem is None and _calls_cross_entropy(answer.function):
+        return (
+            "the number is right, but your function calls functional.cross_entropy (or nn.CrossEntropyLoss), which the "
+            "exercise asks you to do without: compute log_softmax, pick each example's right class, take the mean and negate it."
+        )
+    return problem

@@ -1,0 +1,97 @@
+"""python -m attn.induction and python -m attn.execute check every argument before any long work starts.
+
+Each bad argument gets argparse's one-line error (exit status 2) while the training or the notebook run,
+replaced here by a function that fails the test, never starts. (python -m attn.bench: test_bench_cli.py.)
+"""
+
+import json
+
+import pytest
+
+from attn import execute, induction
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    def refuse(*arguments, **options):
+        raise AssertionError("the long work started before the arguments were checked")
+
+    monkeypatch.setattr(induction, "train_and_save", refuse)
+    monkeypatch.setattr(execute, "execute", refuse)
+
+
+def error_of(capsys, main, argv):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].count(": error: ") == 1, lines
+    return lines[-1]
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_induction_out_is_checked_before_three_thousand_steps(capsys, tmp_path):
+    a_file = tmp_path / "weights"
+    a_file.write_text("")
+    cases = {
+        str(a_file): f"argument --out: {a_file} is a file; give a folder (it is created if it does not exist yet)",
+        str(a_file / "models"): f"argument --out: {a_file / 'models'} lies under {a_file}, which is a file, not a folder",
+        "": "argument --out: the folder name is empty; give one, such as lessons/models",
+        "/proc/models": "argument --out: /proc/models cannot be written here (no permission to create files in /proc)",
+    }
+    for out, message in cases.items():
+        assert error_of(capsys, induction.main, ["--out", out]) == f"python -m attn.induction: error: {message}"
+    (tmp_path / "models" / "induction_2layer.pt").mkdir(parents=True)
+    assert "induction_2layer.pt is a folder, so the file of that name cannot be written" in error_of(
+        capsys, induction.main, ["--out", str(tmp_path / "models")]
+    )
+
+
+def test_induction_out_may_be_a_new_folder_deep_down(monkeypatch, tmp_path):
+    written = []
+    monkeypatch.setattr(induction, "train_and_save", lambda out: written.append(out) or {"models": {}})
+    induction.main(["--out", str(tmp_path / "new" / "deeper")])
+    assert written == [tmp_path / "new" / "deeper"]
+
+
+def notebook_text(cells=1):
+    cell = {"cell_type": "code", "execution_count": None, "id": "a1", "metadata": {}, "outputs": [], "source": "1 + 1"}
+    return json.dumps({"cells": [cell] * cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_execute_checks_every_notebook_before_running_any(capsys, tmp_path):
+    good = tmp_path / "good.ipynb"
+    good.write_text(notebook_text())
+    script = tmp_path / "lesson.py"
+    script.write_text("print('hello')\n")
+    truncated = tmp_path / "truncated.ipynb"
+    truncated.write_text(notebook_text()[:40])
+    invalid = tmp_path / "invalid.ipynb"
+    invalid.write_text(json.dumps({"cells": "none", "nbformat": 4, "nbformat_minor": 5, "metadata": {}}))
+    empty = tmp_path / "empty.ipynb"
+    empty.write_text("")
+    for path in (script, truncated, invalid, empty):
+        message = error_of(capsys, execute.main, [str(good), str(path)])
+        assert f"error: {path} is not a notebook Jupyter can run (" in message, message
+        assert message.endswith("); give a .ipynb file saved by Jupyter")
+    assert f"error: {tmp_path} is a folder; give notebook files, such as {tmp_path / '*.ipynb'}" in error_of(
+        capsys, execute.main, [str(good), str(tmp_path)]
+    )
+    missing = tmp_path / "missing.ipynb"
+    assert f"python -m attn.execute: error: no such notebook: {missing}" in error_of(capsys, execute.main, [str(missing)])
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_execute_checks_where_the_times_go_before_running(capsys, tmp_path):
+    good = tmp_path / "good.ipynb"
+    good.write_text(notebook_text())
+    cases = {
+        str(tmp_path): f"--times: {tmp_path} is a folder; give a file name, such as {tmp_path / 'lesson_times.md'}",
+        str(good / "times.md"): f"--times: {good / 'times.md'} lies under {good}, which is a file, not a folder",
+        str(tmp_path / "missing" / "times.md"): f"--times: the folder {tmp_path / 'missing'} does not exist; create it first",
+        "": "--times: the file name is empty; give one, such as lesson_times.md",
+        "/proc/times.md": "--times: /proc/times.md cannot be written here",
+    }
+    for times, message in cases.items():
+        assert message in error_of(capsys, execute.main, [str(good), "--times", times])

@@ -26,15 +26,17 @@ if not torch.cuda.is_available() and "triton" not in sys.modules:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def triton_available():
+    """True where Triton is installed, so that ``flash_forward`` can run."""
+    return importlib.util.find_spec("triton") is not None
+
+
 def triton_status():
-    """A sentence saying whether the kernel can run here, and how (compiled, or by the interpreter)."""
-    if importlib.util.find_spec("triton") is None:
-        return (
-            "Triton is not installed here (it ships for Linux only), so the kernel cannot run; "
-            "everything else in lesson 11 runs without it"
-        )
-    where = "compiled for the GPU" if torch.cuda.is_available() else "run by Triton's interpreter on the CPU"
-    return f"Triton {importlib.metadata.version('triton')} is installed: the kernel is {where}"
+    """A short sentence saying whether the kernel can run here, and how (compiled, or interpreted)."""
+    if not triton_available():
+        return "No Triton here (it ships for Linux only): the rest of lesson 11 runs without it"
+    where = "compiled for the GPU" if torch.cuda.is_available() else "interpreted on the CPU"
+    return f"Triton {importlib.metadata.version('triton')}: the kernel is {where}"
 
 
 def flash_forward(query, key, value, is_causal=False, block_q=32, block_k=32):
@@ -74,7 +76,7 @@ def flash_forward(query, key, value, is_causal=False, block_q=32, block_k=32):
 
 def _check_kernel_arguments(query, block_q, block_k):
     """What the kernel needs beyond tiled attention's checks: Triton, a dtype it takes, tile sizes."""
-    if importlib.util.find_spec("triton") is None:
+    if not triton_available():
         raise RuntimeError(triton_status())
     if query.dtype not in KERNEL_DTYPES:
         raise TypeError(f"the Triton kernel takes float16, bfloat16 or float32, got {query.dtype}; use query.float()")

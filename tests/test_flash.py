@@ -280,3 +280,18 @@ def test_online_softmax_bad_input(case):
     with pytest.raises(error) as raised:
         online_softmax(scores, block_size)
     assert words in str(raised.value)
+
+
+def test_without_triton_the_kernel_says_so_in_a_sentence(monkeypatch):
+    """macOS and Windows have no Triton build: the status says so, and the launcher raises that sentence."""
+    import importlib.util
+
+    from attn import triton_kernels
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real_find_spec(name, *a))
+    assert not triton_kernels.triton_available()
+    assert triton_kernels.triton_status() == "No Triton here (it ships for Linux only): the rest of lesson 11 runs without it"
+    with pytest.raises(RuntimeError, match="No Triton here"):
+        triton_kernels.flash_forward(*good())
+    assert "def flash_forward_kernel(" in triton_kernels.kernel_source()  # reading it needs no Triton

@@ -32,7 +32,10 @@ def test_rotary_prediction():
     q, k = torch.randn(2, 1, 8, dtype=torch.float64, generator=generator)
     assert "without the rotation" in not_yet("8.1", (q @ k.T).item())
     assert "distance -3" in not_yet("8.1", rotary_score(17, 20))
-    assert "expected" in not_yet("8.1", rotary_score(20, 2))
+    # Changed by issue 23: the score is not printed; the reply says what is wrong with it in words.
+    assert "wrong sign, and its magnitude is too large, by about a factor of 3" in not_yet("8.1", rotary_score(20, 2))
+    assert "too large, by about 10%" in not_yet("8.1", 1.1 * rotary_score(5, 2))
+    assert "at least 5 significant digits" in not_yet("8.1", 0.9256)
 
 
 def test_cross_attention_weights_shape():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attn.exercises.answers import AnswerError, Array, Number, compare, matches
+from attn.exercises.answers import AnswerError, Array, Number, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 # Where exercise 10.2's check looks for the lesson's trained weights, in this order: the clone's lessons/models
@@ -123,7 +123,7 @@ def _where_they_look(positions, expected):
         problems.append(f"find where the query's token, {tokens[QUERY]}, occurred before, and take the position after it")
     if problems:
         return "; ".join(problems) + "."
-    return compare(positions, expected, "your two key positions")
+    return compare_without_answer(positions, expected, "your two key positions")
 
 
 @exercise(
@@ -137,7 +137,7 @@ def _where_they_look(positions, expected):
 )
 def _without_the_previous_token_head(option, expected):
     if option.shape != ():
-        return compare(option, expected, "your option")
+        return compare_without_answer(option, expected, "your option")
     option = int(option)
     if option not in (UNCHANGED, HALVED, COLLAPSED):
         return "give the number of one option: 1, 2 or 3."
@@ -168,7 +168,7 @@ def _without_the_previous_token_head(option, expected):
 def _after_a_single_repeat(token, expected):
     tokens = single_repeat_sequence()[0].tolist()
     if token.shape != () or matches(token, expected):
-        return compare(token, expected, "your predicted token")
+        return compare_without_answer(token, expected, "your predicted token")
     if int(token) == tokens[LATER]:
         return (
             f"{int(token)} is the current token itself; the model copies the token that followed its earlier "
@@ -184,4 +184,7 @@ def _after_a_single_repeat(token, expected):
         return f"{EARLIER + 1} is the position of the answer; give the token at that position."
     if not 0 <= int(token) < 64:
         return "a token id lies between 0 and 63."
-    return compare(token, expected, "your predicted token")
+    return (
+        f"{int(token)} is not the token the model predicts: find the earlier position that holds the same token as "
+        f"position {LATER}, and give the token right after it."
+    )

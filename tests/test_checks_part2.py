@@ -211,7 +211,7 @@ def test_the_induction_head_without_its_partner():
 def test_a_single_earlier_occurrence():
     tokens = single_repeat_sequence()[0].tolist()
     correct("10.3", tokens[lesson10.EARLIER + 1])
-    assert "current token itself" in not_yet("10.3", tokens[lesson10.LATER])
+    assert "repeated token itself" in not_yet("10.3", tokens[lesson10.LATER])
     assert "came before the earlier occurrence" in not_yet("10.3", tokens[lesson10.EARLIER - 1])
     assert "just before the query" in not_yet("10.3", tokens[lesson10.LATER - 1])
     assert "cannot see" in not_yet("10.3", tokens[lesson10.LATER + 1])

@@ -1,4 +1,4 @@
-"""No self-check gives its answer away.
+"""No self-check gives its answer away, and the common mistakes of issue 23 are named.
 
 Every exercise whose answer is one number (and P.2, whose function returns one) is fed several wrong
 numbers; its "Not yet" reply must say how far off they are without showing the expected value in any
@@ -13,6 +13,7 @@ import torch
 
 from attn.exercises import EXERCISES, exercise_ids
 from attn.exercises.answers import Number, _number_text, compare_without_answer, how_far, normalise, show
+from attn.exercises.lesson10 import EARLIER, LATER, single_repeat_sequence
 from tests.verdicts import not_yet
 
 # Multiple choice: the options are listed in the statement, so a reply may name them all ("1, 2 or 3").
@@ -110,3 +111,60 @@ def test_compare_without_answer_names_the_wrong_entry_but_not_its_value():
     assert compare_without_answer(clean([7.0]), clean([7.5]), "x") == "x holds one number, and it is too small, by about 7%."
     assert compare_without_answer(clean(7.0), clean(7.5), "x") == "x is too small, by about 7%."
     assert "should have shape (3,)" in compare_without_answer(clean([1.0, 2.0]), clean([1.0, 2.0, 3.0]), "x")
+
+
+# The common mistakes issue 23 names ------------------------------------------------------------
+
+
+def test_the_primers_exercise_2_names_whole_columns_picked_by_colon_targets():
+    def whole_columns(logits, targets):
+        return -logits.log_softmax(dim=-1)[:, targets].mean()
+
+    def whole_columns_not_averaged(logits, targets):
+        return -logits.log_softmax(dim=-1)[:, targets]
+
+    for function in (whole_columns, whole_columns_not_averaged):
+        reply = not_yet("P.2", function)
+        assert "[:, targets] picks a whole column for every target" in reply
+        assert "log_probabilities[torch.arange(N), targets]" in reply
+
+
+def test_exercise_9_2_names_a_mask_inverted_by_tilde():
+    right = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
+    for inverted in (~right, (~right).int(), ~right.numpy()):
+        reply = not_yet("9.2", inverted)
+        assert "True and False swapped" in reply and "True = may attend: drop the ~" in reply
+
+
+@pytest.mark.parametrize(
+    ("diagonal", "words"),
+    [(3, "each new query misses its own key, so the diagonal is one too low"),
+     (5, "each new query also sees the token after it, so the diagonal is one too high")],
+)
+def test_exercise_9_2_names_a_diagonal_off_by_one(diagonal, words):
+    assert words in not_yet("9.2", torch.ones(3, 7, dtype=torch.bool).tril(diagonal=diagonal))
+
+
+def test_exercise_10_3_names_positions_counted_from_1():
+    tokens = single_repeat_sequence()[0].tolist()
+    counted_from_1 = tokens[EARLIER + 1 - 1]  # "the token after position 7", read as the 8th token
+    reply = not_yet("10.3", counted_from_1)
+    assert "positions count from 0, as printed above the tokens, and counted from 1" in reply
+    assert "one too far" in not_yet("10.3", tokens[EARLIER + 2])
+    assert "if it is a position counted from 1" in not_yet("10.3", EARLIER + 2)
+    assert "find the earlier position that holds the same token as position 22" in not_yet("10.3", 39)
+    for wrong in (counted_from_1, tokens[EARLIER + 2], EARLIER + 2, 39):
+        assert not shows_value(not_yet("10.3", wrong), tokens[EARLIER + 1]), wrong
+    assert tokens[LATER] == counted_from_1, "the sequence this test assumes"
+
+
+def test_exercise_8_3_names_a_forgotten_layernorm_shift():
+    embed = 64
+    reply = not_yet("8.3", 12 * embed**2 + 13 * embed - 2 * embed)
+    assert "each LayerNorm's scale but not its shift" in reply
+
+
+def test_exercise_8_3_names_a_forgotten_out_proj():
+    embed = 64
+    reply = not_yet("8.3", 12 * embed**2 + 13 * embed - (embed**2 + embed))
+    assert "you left out the output projection, out_proj" in reply and "four projections, not three" in reply

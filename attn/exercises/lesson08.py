@@ -110,4 +110,14 @@ def _block_count(count, expected):
         return "that is the attention layer alone; add the two LayerNorms and the MLP (E -> 4E -> E, with biases)."
     if matches(count, expected - attention):
         return "that leaves out the attention layer: four E x E projections with biases (lesson 6)."
+    if matches(count, expected - 2 * embed):
+        return (
+            "you counted each LayerNorm's scale but not its shift: a LayerNorm learns both, one of each per feature, "
+            "so each of the two has 2E parameters."
+        )
+    if matches(count, expected - (embed**2 + embed)):
+        return (
+            "you left out the output projection, out_proj: after the heads are joined again, one more E x E matrix "
+            "with E biases mixes them, so the attention layer has four projections, not three."
+        )
     return compare_without_answer(count, expected, "your count")

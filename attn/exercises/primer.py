@@ -172,7 +172,15 @@ def _loss_mistakes():
             lambda logits, targets: -right_class(logits, targets).mean(),
             "the logits are not log probabilities yet: take log_softmax over the classes first.",
         ),
+        (lambda logits, targets: -logits.log_softmax(-1)[:, targets].mean(), _WHOLE_COLUMNS),
+        (lambda logits, targets: -logits.log_softmax(-1)[:, targets], _WHOLE_COLUMNS),
     ]
+
+
+_WHOLE_COLUMNS = (
+    "indexing with [:, targets] picks a whole column for every target: an (N, N) block that pairs every example with "
+    "every example's class; pair each row with its own class instead: log_probabilities[torch.arange(N), targets]."
+)
 
 
 @exercise(

@@ -143,7 +143,9 @@ def test_predicted_variance_check_names_the_common_mistakes(capsys):
     assert "where its variance belongs, and left the score unscaled" in printed(capsys, "3.3", 64.0)
     assert "as a measurement would be" in printed(capsys, "3.3", 3.93)
     assert "cannot be negative" in printed(capsys, "3.3", -4.0)
-    assert "is 5, expected 4" in printed(capsys, "3.3", 5.0)
+    # Changed by issue 23: a wrong prediction used to be told "expected 4"; now how far off it is, never the value.
+    assert "your predicted variance is too large, by about 25%." in printed(capsys, "3.3", 5.0)
+    assert "your predicted variance is too small, by about a factor of 4." in printed(capsys, "3.3", 1.0 / 1.01)
 
 
 def test_the_predicted_variance_is_what_random_vectors_give():
@@ -248,7 +250,10 @@ def test_primer_checks(capsys):
         capsys, "P.2", lambda logits, targets: -logits[range(len(targets)), targets].mean()
     )
     assert ".mean()" in printed(capsys, "P.2", lambda logits, targets: -logits.log_softmax(-1)[range(len(targets)), targets])
-    assert "expected" in printed(capsys, "P.2", lambda logits, targets: functional.cross_entropy(logits.softmax(-1), targets))
+    # Changed by issue 23: the loss is not printed; the reply says how far off it is.
+    softmax_twice = printed(capsys, "P.2", lambda logits, targets: functional.cross_entropy(logits.softmax(-1), targets))
+    assert "called with logits (4, 5) and targets (4,), the loss your function returned is too small" in softmax_twice
+    assert "by about 41%." in softmax_twice
 
 
 def test_cross_entropy_by_hand_must_not_call_cross_entropy(capsys):
@@ -400,7 +405,7 @@ def test_issue_positions_are_told_apart_from_wrong_weights():
 
 def test_issue_grammar():
     assert "your score vector differs in one of its 3 entries" in not_yet("2.1", fruit.KEYS @ DURABLE_QUERY + [0, 0, 1])
-    assert "your predicted variance is 7, expected 4." in not_yet("3.3", 7.0)
+    assert "your predicted variance is too large, by about a factor of 2." in not_yet("3.3", 7.0)
     assert "holding one number" in not_yet("3.3", np.array([[7.0]]))
     for exercise_id in exercise_ids():
         for answer in ([0.0], [[0.0]], 0.0, (0,), 123):

@@ -16,7 +16,8 @@ wrong: nothing yet (None or ``...``), text, a yes/no value, a dictionary, a ragg
 complex number, NaN or inf, an empty array, a number that is not whole, a function that
 raises or returns None. Lists and tuples become arrays; PyTorch tensors (on any device,
 with or without ``requires_grad``) are read as NumPy arrays. The shape is left to the checks,
-which look for common mistakes first and then call ``compare``.
+which look for common mistakes first and then call ``compare`` (or, where the learner predicts the
+answer, ``compare_without_answer``, whose sentence says how far off the answer is without showing it).
 """
 
 import contextlib
@@ -393,12 +394,12 @@ def compare(answer, expected, what, atol=1e-6):
     """None when a clean answer equals the clean ``expected``, else a sentence saying how it differs.
 
     Floats may differ by ``atol`` plus 1e-5 of the expected value; whole numbers and masks must be equal.
+    The sentence shows the expected entry: use it where the learner computes an answer that the lesson's
+    own code could print anyway. Where the learner predicts, use ``compare_without_answer``.
     """
     if answer.shape != expected.shape:
         return _shape_problem(answer.shape, expected.shape, what)
-    exact = expected.dtype == bool or np.issubdtype(expected.dtype, np.integer)
-    with np.errstate(all="ignore"):
-        wrong = answer != expected if exact else ~np.isclose(answer, expected, rtol=1e-5, atol=atol)
+    wrong = _wrong_entries(answer, expected, atol)
     if not wrong.any():
         return None
     if answer.size == 1:
@@ -410,8 +411,91 @@ def compare(answer, expected, what, atol=1e-6):
     got, right = _pair(answer[first], expected[first])
     if len(positions) == 1:
         return f"{what} differs in one of its {answer.size} entries: at index {index} it is {got}, expected {right}."
-    how_many = f"all {answer.size}" if len(positions) == answer.size else f"{len(positions)} of its {answer.size}"
-    return f"{what} differs in {how_many} entries; the first, at index {index}, is {got}, expected {right}."
+    return f"{what} differs in {_how_many(positions, answer)} entries; the first, at index {index}, is {got}, expected {right}."
+
+
+def compare_without_answer(answer, expected, what, atol=1e-6):
+    """Like ``compare``, but the sentence never shows the expected value: the check of a predict-first exercise.
+
+    A single number is told in words how far off it is (``how_far``); an array, which entry is the first
+    wrong one and how far off that entry is. The tolerance is ``compare``'s.
+    """
+    if answer.shape != expected.shape:
+        return _shape_problem(answer.shape, expected.shape, what)
+    wrong = _wrong_entries(answer, expected, atol)
+    if not wrong.any():
+        return None
+    if answer.ndim == 0:
+        return how_far(answer, expected, what)
+    positions = np.argwhere(wrong)
+    first = tuple(int(i) for i in positions[0])
+    index = first[0] if answer.ndim == 1 else first
+    miss = _entry_miss(answer[first], expected[first])
+    if answer.size == 1:
+        return f"{what} holds one number, and it {miss}."
+    if len(positions) == 1:
+        return f"{what} differs in one of its {answer.size} entries: the one at index {index} {miss}."
+    return f"{what} differs in {_how_many(positions, answer)} entries; the first, at index {index}, {miss}."
+
+
+def how_far(answer, expected, what):
+    """How far one number is from the right one, in words, never showing the right one.
+
+    "your count is too large, by about 12%", "your size is too small, by about a factor of 3",
+    "your score is close, but a little too large: give it to at least 5 significant digits, without rounding".
+    """
+    return f"{what} {_miss(float(answer), float(expected))}."
+
+
+def _wrong_entries(answer, expected, atol):
+    """True where a clean answer differs from the clean ``expected``: exactly for whole numbers and masks."""
+    exact = expected.dtype == bool or np.issubdtype(expected.dtype, np.integer)
+    with np.errstate(all="ignore"):
+        return answer != expected if exact else ~np.isclose(answer, expected, rtol=1e-5, atol=atol)
+
+
+def _how_many(positions, answer):
+    return f"all {answer.size}" if len(positions) == answer.size else f"{len(positions)} of its {answer.size}"
+
+
+def _entry_miss(got, expected):
+    """What is wrong with one entry of an array, as a verb phrase, without its expected value."""
+    if isinstance(got, np.bool_ | bool) or isinstance(expected, np.bool_ | bool):
+        return "is the wrong way round"
+    return _miss(float(got), float(expected))
+
+
+def _miss(answer, expected):
+    """The verb phrase of ``how_far``: "is too large, by about 12%", "has the right magnitude, but the wrong sign"."""
+    again = "work it through again from the lesson's formula"
+    if expected == 0:
+        return f"is not it; {again}"
+    if answer == 0:
+        return f"is 0, but the answer is not; {again}"
+    if (answer > 0) != (expected > 0):
+        if np.isclose(abs(answer), abs(expected), rtol=1e-5, atol=0):
+            return "has the right magnitude, but the wrong sign"
+        return f"has the wrong sign, and its magnitude {_size_of_miss(abs(answer), abs(expected))}"
+    if expected < 0:  # "too large" would be unclear for a negative number
+        return f"has the right sign, but its magnitude {_size_of_miss(-answer, -expected)}"
+    return _size_of_miss(answer, expected)
+
+
+def _size_of_miss(answer, expected):
+    """ "is too large, by about 12%", for two different positive numbers."""
+    ratio = answer / expected
+    direction = "too large" if ratio > 1 else "too small"
+    if abs(ratio - 1) < 5e-3:
+        if answer.is_integer() and expected.is_integer():
+            return f"is a little {direction}, by less than 1%"
+        return f"is close, but a little {direction}: give it to at least 5 significant digits, without rounding"
+    if 0.5 < ratio < 1.75:
+        return f"is {direction}, by about {max(1, round(abs(ratio - 1) * 100))}%"
+    factor = max(ratio, 1 / ratio)
+    if factor >= 1000:
+        return f"is {direction}, by more than a factor of 1,000 (are the units right?)"
+    rounded = round(factor) if factor < 10 else round(float(f"{factor:.1g}"))
+    return f"is {direction}, by about a factor of {rounded:,}"
 
 
 def _shape_problem(got, expected, what):

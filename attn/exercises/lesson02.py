@@ -3,7 +3,7 @@
 import numpy as np
 
 from attn import fruit
-from attn.exercises.answers import Array, Number, compare, matches
+from attn.exercises.answers import Array, Number, compare, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 DURABLE_QUERY = np.array([0.1, 0.9, 0.2])  # "something hard-wearing": the query of lessons 2-4's exercises
@@ -49,7 +49,7 @@ def _cosine_durable_banana(cosine, expected):
         return "that is the plain dot product; divide it by the lengths of both vectors (np.linalg.norm)."
     if matches(cosine, cosine_similarity(BANANA, fruit.QUERY)):
         return "that is the fruit query's cosine with banana; this exercise asks about durable."
-    return compare(cosine, expected, "your cosine similarity")
+    return compare_without_answer(cosine, expected, "your cosine similarity")
 
 
 @exercise(

@@ -3,7 +3,7 @@
 import numpy as np
 
 from attn import fruit
-from attn.exercises.answers import Array, Number, compare, matches, show
+from attn.exercises.answers import Array, Number, compare, compare_without_answer, matches, show
 from attn.exercises.lesson02 import DURABLE_QUERY
 from attn.exercises.registry import exercise
 
@@ -95,7 +95,7 @@ def _success():
 )
 def _predicted_variance(prediction, expected):
     if prediction.shape != ():
-        return compare(prediction, expected, "your predicted variance")
+        return compare_without_answer(prediction, expected, "your predicted variance")
     if prediction < 0:
         return "a variance is an average of squares, so it cannot be negative."
     for wrong, hint in _known_mistakes():
@@ -106,4 +106,4 @@ def _predicted_variance(prediction, expected):
             f"{show(float(prediction))} is close, as a measurement would be, but a prediction from the rules is an "
             f"exact number: work it out from the variances, without random draws."
         )
-    return compare(prediction, expected, "your predicted variance")
+    return compare_without_answer(prediction, expected, "your predicted variance")

@@ -3,7 +3,7 @@
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
 
-from attn.exercises.answers import Number, Shape, compare, matches
+from attn.exercises.answers import Number, Shape, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 EMBED_DIM, NUM_HEADS = 512, 8  # exercise 6.2's layer
@@ -58,7 +58,7 @@ def _split(shape, expected):
 def _parameters(count, expected):
     if matches(count, 4 * EMBED_DIM**2):
         return "that counts the weights only; each of the four projections also has E biases."
-    return compare(count, expected, "your count")
+    return compare_without_answer(count, expected, "your count")
 
 
 @exercise(
@@ -72,4 +72,4 @@ def _throughput(tflops, expected):
         return "that is in FLOP/s; divide by 1e12 for TFLOP/s."
     if matches(tflops, expected / 2):
         return "each of Q K^T and A V takes 2 * B * H * T^2 * d operations (a multiply and an add): 4 in total."
-    return compare(tflops, expected, "your TFLOP/s", atol=0.05)
+    return compare_without_answer(tflops, expected, "your TFLOP/s", atol=0.05)

@@ -5,7 +5,7 @@ torch is imported inside the functions, so that ``import attn`` stays free of it
 
 import numpy as np
 
-from attn.exercises.answers import Array, Function, Number, compare, matches
+from attn.exercises.answers import Array, Function, Number, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 N_KEYS, N_VALUES, EMBED_DIM = 16, 16, 32  # the lesson's RecallModel
@@ -52,7 +52,7 @@ def _chance(accuracy, expected):
         return "that is the number of values; an accuracy is a fraction: right 1 time in how many?"
     if matches(accuracy, 100 * expected):
         return "that is a percentage; give the accuracy as a fraction between 0 and 1."
-    return compare(accuracy, expected, "your accuracy")
+    return compare_without_answer(accuracy, expected, "your accuracy")
 
 
 @exercise(
@@ -110,4 +110,4 @@ def _recall_parameters_with_more_heads(count, expected):
         return "that is the attention layer alone; the model also has its two embedding tables and the readout."
     if matches(count, expected - readout):
         return "you left out the readout, a Linear(32, 16) with its bias."
-    return compare(count, expected, "your count")
+    return compare_without_answer(count, expected, "your count")

@@ -3,7 +3,7 @@
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
 
-from attn.exercises.answers import Number, Shape, compare, matches
+from attn.exercises.answers import Number, Shape, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 HEAD_DIM, SEED = 8, 8  # the lesson's q and k: torch.randn(2, 1, 8, float64) from a generator seeded with 8
@@ -70,7 +70,7 @@ def _rotary_prediction(score, expected):
         return "that is q . k without the rotation; both vectors are rotated by their positions first."
     if matches(score, rotary_score(ASKED[1], ASKED[0])):
         return "that puts q at 17 and k at 20 (distance -3); here q is at 20 and k at 17 (distance 3)."
-    return compare(score, expected, "your score")
+    return compare_without_answer(score, expected, "your score")
 
 
 @exercise(
@@ -110,4 +110,14 @@ def _block_count(count, expected):
         return "that is the attention layer alone; add the two LayerNorms and the MLP (E -> 4E -> E, with biases)."
     if matches(count, expected - attention):
         return "that leaves out the attention layer: four E x E projections with biases (lesson 6)."
-    return compare(count, expected, "your count")
+    if matches(count, expected - 2 * embed):
+        return (
+            "you counted each LayerNorm's scale but not its shift: a LayerNorm learns both, one of each per feature, "
+            "so each of the two has 2E parameters."
+        )
+    if matches(count, expected - (embed**2 + embed)):
+        return (
+            "you left out the output projection, out_proj: after the heads are joined again, one more E x E matrix "
+            "with E biases mixes them, so the attention layer has four projections, not three."
+        )
+    return compare_without_answer(count, expected, "your count")

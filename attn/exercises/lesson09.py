@@ -5,7 +5,7 @@ torch is imported inside the functions, so that ``import attn`` stays free of it
 
 import numpy as np
 
-from attn.exercises.answers import Array, Function, Number, attempt, compare, matches
+from attn.exercises.answers import Array, Function, Number, attempt, compare, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 # Exercise 9.1's model: 24 layers, 16 query heads of d = 128 sharing H_kv = 4 key/value heads, 32,768 tokens, bfloat16.
@@ -105,7 +105,7 @@ def _cache_size(size, expected):
         return "that is in GB (10**9 bytes); a GiB is 2**30 bytes."
     if matches(size, expected * 1024):
         return "that is in MiB; divide by 1024 for GiB."
-    return compare(size, expected, "your size in GiB")
+    return compare_without_answer(size, expected, "your size in GiB")
 
 
 @exercise(
@@ -125,10 +125,39 @@ def _step_mask(mask, expected):
         )
     if matches(pattern, np.ones((NEW, CACHED + NEW), dtype=bool)):
         return "with every entry True the first new token would see the two tokens after it; it is position 4, so keys 0 to 4."
+    mistake = _step_mask_mistake(pattern, expected)
+    if mistake is not None:
+        return mistake
     problem = compare(pattern, expected, "your mask")
     if problem is None and mask.dtype != bool:
         return f"the pattern is right, but your mask holds {mask.dtype} numbers; attention functions want dtype=bool."
     return problem
+
+
+def _step_mask_mistake(pattern, expected):
+    """The hint for a (T_q, T_k) mask that is a common mistake of exercise 9.2, or None."""
+    if matches(pattern, ~expected):
+        return (
+            "that is the right triangle with True and False swapped, as if True meant blocked (the convention of "
+            "nn.MultiheadAttention's masks); the course's masks, like scaled_dot_product_attention's, mean "
+            "True = may attend: drop the ~."
+        )
+    if matches(pattern, _triangle(diagonal=CACHED - 1)):
+        return (
+            f"each new query misses its own key, so the diagonal is one too low: new query i is position {CACHED} + i "
+            f"and may see keys 0 to {CACHED} + i, itself included, which is tril(diagonal=T_k - T_q)."
+        )
+    if matches(pattern, _triangle(diagonal=CACHED + 1)):
+        return (
+            f"each new query also sees the token after it, so the diagonal is one too high: new query i is position "
+            f"{CACHED} + i and may see keys 0 to {CACHED} + i, no further, which is tril(diagonal=T_k - T_q)."
+        )
+    return None
+
+
+def _triangle(diagonal):
+    """The (T_q, T_k) = (3, 7) keep-mask np.tril(..., k=diagonal): exercise 9.2's answer has diagonal 4."""
+    return np.tril(np.ones((NEW, CACHED + NEW), dtype=bool), k=diagonal)
 
 
 @exercise(

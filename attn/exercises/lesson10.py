@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attn.exercises.answers import AnswerError, Array, Number, compare, matches
+from attn.exercises.answers import AnswerError, Array, Number, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 # Where exercise 10.2's check looks for the lesson's trained weights, in this order: the clone's lessons/models
@@ -123,7 +123,7 @@ def _where_they_look(positions, expected):
         problems.append(f"find where the query's token, {tokens[QUERY]}, occurred before, and take the position after it")
     if problems:
         return "; ".join(problems) + "."
-    return compare(positions, expected, "your two key positions")
+    return compare_without_answer(positions, expected, "your two key positions")
 
 
 @exercise(
@@ -137,7 +137,7 @@ def _where_they_look(positions, expected):
 )
 def _without_the_previous_token_head(option, expected):
     if option.shape != ():
-        return compare(option, expected, "your option")
+        return compare_without_answer(option, expected, "your option")
     option = int(option)
     if option not in (UNCHANGED, HALVED, COLLAPSED):
         return "give the number of one option: 1, 2 or 3."
@@ -168,20 +168,35 @@ def _without_the_previous_token_head(option, expected):
 def _after_a_single_repeat(token, expected):
     tokens = single_repeat_sequence()[0].tolist()
     if token.shape != () or matches(token, expected):
-        return compare(token, expected, "your predicted token")
-    if int(token) == tokens[LATER]:
+        return compare_without_answer(token, expected, "your predicted token")
+    token = int(token)
+    if token == tokens[LATER]:
         return (
-            f"{int(token)} is the current token itself; the model copies the token that followed its earlier "
-            f"occurrence at position {EARLIER}."
+            f"{token} is the repeated token itself, at positions {EARLIER} and {LATER}, and the model copies the token "
+            f"that follows its earlier occurrence; positions count from 0, as printed above the tokens, and counted "
+            f"from 1, 'the token after position {EARLIER}' lands on the repeated token."
         )
-    if int(token) == tokens[EARLIER - 1]:
-        return f"{int(token)} came before the earlier occurrence; the induction head looks at the token after it."
-    if int(token) == tokens[LATER - 1]:
-        return f"{int(token)} is the token just before the query; the induction head looks back to position {EARLIER}."
-    if len(tokens) > LATER + 1 and int(token) == tokens[LATER + 1]:
-        return f"{int(token)} is the token actually at position {LATER + 1}, which the model cannot see; nothing predicts it."
-    if int(token) == EARLIER + 1:
+    if token == tokens[EARLIER - 1]:
+        return f"{token} came before the earlier occurrence; the induction head looks at the token after it."
+    if token == tokens[LATER - 1]:
+        return f"{token} is the token just before the query; the induction head looks back to position {EARLIER}."
+    if len(tokens) > LATER + 1 and token == tokens[LATER + 1]:
+        return f"{token} is the token actually at position {LATER + 1}, which the model cannot see; nothing predicts it."
+    if token == tokens[EARLIER + 2]:
+        return (
+            f"{token} is two tokens after the earlier occurrence, one too far; positions count from 0, as printed "
+            f"above the tokens, and the induction head copies the token right after position {EARLIER}."
+        )
+    if token == EARLIER + 1:
         return f"{EARLIER + 1} is the position of the answer; give the token at that position."
-    if not 0 <= int(token) < 64:
+    if token == EARLIER + 2:
+        return (
+            f"{EARLIER + 2} is not the token the model predicts; if it is a position counted from 1, positions count "
+            "from 0, as printed above the tokens, and the answer is the token id at a position, not the position."
+        )
+    if not 0 <= token < 64:
         return "a token id lies between 0 and 63."
-    return compare(token, expected, "your predicted token")
+    return (
+        f"{token} is not the token the model predicts: find the earlier position that holds the same token as "
+        f"position {LATER}, and give the token right after it."
+    )

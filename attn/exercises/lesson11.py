@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from attn.exercises.answers import Array, Function, Number, matches
+from attn.exercises.answers import Array, Function, Number, how_far, matches
 from attn.exercises.registry import exercise
 
 # Exercise 11.1: one row of nine scores read in blocks of three.
@@ -34,20 +34,6 @@ def update_statistics(row_max, row_sum, block):
     new_max = max(row_max, float(np.max(block)))
     new_sum = row_sum * math.exp(row_max - new_max) + float(np.exp(block - new_max).sum())
     return new_max, new_sum
-
-
-def how_far(answer, expected, what):
-    """'your count is too large, by about 12%' or '..., by about a factor of 3': the size of a miss in words."""
-    answer, expected = float(answer), float(expected)
-    if expected == 0 or answer == 0 or (answer > 0) != (expected > 0):
-        return f"{what} has the wrong sign or size; work it through again from the lesson's formula."
-    ratio = answer / expected
-    if abs(ratio - 1) < 5e-3:
-        return f"{what} is close, but not equal: give it to at least 5 significant digits, without rounding."
-    direction = "too large" if ratio > 1 else "too small"
-    ratio = max(ratio, 1 / ratio)
-    size = f"about {round((ratio - 1) * 100)}%" if ratio < 1.5 else f"about a factor of {ratio:.0f}"
-    return f"{what} is {direction}, by {size}."
 
 
 @exercise(

@@ -7,7 +7,7 @@ calling functional.cross_entropy (the check watches for that call).
 
 import contextlib
 
-from attn.exercises.answers import Array, Function, Number, attempt, compare, matches
+from attn.exercises.answers import Array, Function, Number, attempt, compare, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 LINEAR_CASES = ((5, 3, 11), (2, 4, 12))  # (N, features, seed): square weights, so a missing .T gives numbers, not an error
@@ -112,6 +112,15 @@ def _first_problem(answer, expected, what):
     return None
 
 
+def _first_miss(answer, expected):
+    """How far the first wrong loss is from the right one, in words: the loss itself is never shown."""
+    for (label, _), output, right in zip(_loss_calls(), answer.outputs, expected.outputs, strict=True):
+        problem = compare_without_answer(output, right, "the loss your function returned", atol=1e-5)
+        if problem is not None:
+            return f"called {label}, {problem}"
+    return None
+
+
 @exercise(
     "P.1",
     Function("your linear function", calls=_linear_calls, returns=Array("the outputs")),
@@ -163,7 +172,15 @@ def _loss_mistakes():
             lambda logits, targets: -right_class(logits, targets).mean(),
             "the logits are not log probabilities yet: take log_softmax over the classes first.",
         ),
+        (lambda logits, targets: -logits.log_softmax(-1)[:, targets].mean(), _WHOLE_COLUMNS),
+        (lambda logits, targets: -logits.log_softmax(-1)[:, targets], _WHOLE_COLUMNS),
     ]
+
+
+_WHOLE_COLUMNS = (
+    "indexing with [:, targets] picks a whole column for every target: an (N, N) block that pairs every example with "
+    "every example's class; pair each row with its own class instead: log_probabilities[torch.arange(N), targets]."
+)
 
 
 @exercise(
@@ -179,7 +196,7 @@ def _cross_entropy_by_hand(answer, expected):
     for mistake, hint in _loss_mistakes():
         if _all_match(answer, mistake, _loss_calls):
             return hint
-    problem = _first_problem(answer, expected, "the loss your function returned")
+    problem = _first_miss(answer, expected)
     if problem is None and _calls_cross_entropy(answer.function):
         return (
             "the number is right, but your function calls functional.cross_entropy (or nn.CrossEntropyLoss), which the "

@@ -1,0 +1,170 @@
+"""No self-check gives its answer away, and the common mistakes of issue 23 are named.
+
+Every exercise whose answer is one number (and P.2, whose function returns one) is fed several wrong
+numbers; its "Not yet" reply must say how far off they are without showing the expected value in any
+of the ways the course prints numbers. New exercises are covered as soon as they register.
+"""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from attn.exercises import EXERCISES, exercise_ids
+from attn.exercises.answers import Number, _number_text, compare_without_answer, how_far, normalise, show
+from attn.exercises.lesson10 import EARLIER, LATER, single_repeat_sequence
+from tests.verdicts import not_yet
+
+# Multiple choice: the options are listed in the statement, so a reply may name them all ("1, 2 or 3").
+OPTIONS_LISTED = {"10.2"}
+NUMBER_EXERCISES = [
+    exercise_id for exercise_id in exercise_ids()
+    if isinstance(EXERCISES[exercise_id].expects, Number) and exercise_id not in OPTIONS_LISTED
+]
+
+
+def printed_forms(value):
+    """Every way the course writes ``value`` in a sentence: 3 to 10 significant digits, with and without commas."""
+    forms = {_number_text(value, digits) for digits in range(3, 11)} | {show(float(value))}
+    if float(value).is_integer():
+        forms |= {str(int(value)), f"{int(value):,}"}
+    return forms
+
+
+def shows_value(reply, value):
+    """True when ``reply`` contains ``value`` written out as a number of its own (not inside a longer one)."""
+    return any(re.search(rf"(?<![\d.,]){re.escape(form)}(?![\d,]|\.\d)", reply) for form in printed_forms(value))
+
+
+def wrong_numbers(expected, whole):
+    """Plausible wrong predictions around ``expected``: 10% too large, half, three times, one more."""
+    candidates = [expected * 1.1, expected * 0.5, expected * 3, expected + 1, expected * 0.9, -expected]
+    if whole:
+        candidates = [round(candidate) for candidate in candidates]
+    return [candidate for candidate in candidates if candidate != expected]
+
+
+def test_the_sweep_covers_every_number_exercise():
+    assert {"2.2", "3.3", "5.3", "6.2", "6.3", "7.1", "7.3", "8.1", "8.3", "9.1", "10.3", "11.2", "11.4"} <= set(
+        NUMBER_EXERCISES
+    )
+
+
+@pytest.mark.parametrize("exercise_id", NUMBER_EXERCISES)
+def test_a_wrong_number_is_not_told_the_answer(exercise_id):
+    found = EXERCISES[exercise_id]
+    expected = float(found.solution())
+    for wrong in wrong_numbers(expected, found.expects.whole):
+        reply = not_yet(exercise_id, wrong)
+        assert not shows_value(reply, expected), f"{exercise_id} gives the answer away for {wrong}: {reply}"
+
+
+def test_the_sweep_would_catch_a_reply_that_prints_the_value():
+    assert shows_value("your count is 49,985, expected 49,984.", 49_984)
+    assert shows_value("your score is 0.9, expected 0.9257.", 0.9256899557273826)
+    assert shows_value("x is 5, expected 4.", 4.0)
+    assert not shows_value("your size is too large, by about 10%.", 4.0)
+    assert not shows_value("it is 14.3, not a whole number.", 4.0)
+
+
+def cross_entropy(logits, targets):
+    return -logits.log_softmax(dim=-1)[torch.arange(len(targets)), targets].mean()
+
+
+@pytest.mark.parametrize("factor", [1.1, 0.5, 3.0, 0.9])
+def test_a_wrong_loss_in_the_primers_exercise_2_is_not_told_the_loss(factor):
+    from attn.exercises.primer import _loss_calls
+
+    reply = not_yet("P.2", lambda logits, targets: factor * cross_entropy(logits, targets))
+    assert reply.startswith("Not yet: called with logits (4, 5) and targets (4,), the loss your function returned is too")
+    for _, arguments in _loss_calls():
+        assert not shows_value(reply, cross_entropy(*arguments).item()), reply
+
+
+def test_how_far_says_the_size_of_a_miss_in_words():
+    assert how_far(5.0, 4.0, "x") == "x is too large, by about 25%."
+    assert how_far(3.0, 4.0, "x") == "x is too small, by about 25%."
+    assert how_far(12.0, 4.0, "x") == "x is too large, by about a factor of 3."
+    assert how_far(1.0, 4.0, "x") == "x is too small, by about a factor of 4."
+    close = "x is close, but a little too large: give it to at least 5 significant digits, without rounding."
+    assert how_far(4.001, 4.0, "x") == close
+    assert how_far(49_856, 49_984, "x") == "x is a little too small, by less than 1%."
+    assert how_far(-4.0, 4.0, "x") == "x has the right magnitude, but the wrong sign."
+    assert how_far(-8.0, 4.0, "x") == "x has the wrong sign, and its magnitude is too large, by about a factor of 2."
+    assert how_far(-1.0, -2.0, "x") == "x has the right sign, but its magnitude is too small, by about a factor of 2."
+    assert how_far(0.0, 4.0, "x").startswith("x is 0, but the answer is not")
+    assert how_far(4 * 2**30, 4.0, "x") == "x is too large, by more than a factor of 1,000 (are the units right?)."
+
+
+def test_compare_without_answer_names_the_wrong_entry_but_not_its_value():
+    def clean(value):
+        return normalise(value, Number("x") if np.ndim(value) == 0 else EXERCISES["2.1"].expects)
+
+    assert compare_without_answer(clean([1.0, 2.0]), clean([1.0, 2.0 + 1e-9]), "x") is None
+    assert compare_without_answer(clean([1.0, 2.0, 4.0]), clean([1.0, 2.0, 3.0]), "x") == (
+        "x differs in one of its 3 entries: the one at index 2 is too large, by about 33%."
+    )
+    assert compare_without_answer(clean([[1.0, 1.0]]), clean([[2.0, 2.0]]), "x") == (
+        "x differs in all 2 entries; the first, at index (0, 0), is too small, by about a factor of 2."
+    )
+    assert compare_without_answer(clean([7.0]), clean([7.5]), "x") == "x holds one number, and it is too small, by about 7%."
+    assert compare_without_answer(clean(7.0), clean(7.5), "x") == "x is too small, by about 7%."
+    assert "should have shape (3,)" in compare_without_answer(clean([1.0, 2.0]), clean([1.0, 2.0, 3.0]), "x")
+
+
+# The common mistakes issue 23 names ------------------------------------------------------------
+
+
+def test_the_primers_exercise_2_names_whole_columns_picked_by_colon_targets():
+    def whole_columns(logits, targets):
+        return -logits.log_softmax(dim=-1)[:, targets].mean()
+
+    def whole_columns_not_averaged(logits, targets):
+        return -logits.log_softmax(dim=-1)[:, targets]
+
+    for function in (whole_columns, whole_columns_not_averaged):
+        reply = not_yet("P.2", function)
+        assert "[:, targets] picks a whole column for every target" in reply
+        assert "log_probabilities[torch.arange(N), targets]" in reply
+
+
+def test_exercise_9_2_names_a_mask_inverted_by_tilde():
+    right = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
+    for inverted in (~right, (~right).int(), ~right.numpy()):
+        reply = not_yet("9.2", inverted)
+        assert "True and False swapped" in reply and "True = may attend: drop the ~" in reply
+
+
+@pytest.mark.parametrize(
+    ("diagonal", "words"),
+    [(3, "each new query misses its own key, so the diagonal is one too low"),
+     (5, "each new query also sees the token after it, so the diagonal is one too high")],
+)
+def test_exercise_9_2_names_a_diagonal_off_by_one(diagonal, words):
+    assert words in not_yet("9.2", torch.ones(3, 7, dtype=torch.bool).tril(diagonal=diagonal))
+
+
+def test_exercise_10_3_names_positions_counted_from_1():
+    tokens = single_repeat_sequence()[0].tolist()
+    counted_from_1 = tokens[EARLIER + 1 - 1]  # "the token after position 7", read as the 8th token
+    reply = not_yet("10.3", counted_from_1)
+    assert "positions count from 0, as printed above the tokens, and counted from 1" in reply
+    assert "one too far" in not_yet("10.3", tokens[EARLIER + 2])
+    assert "if it is a position counted from 1" in not_yet("10.3", EARLIER + 2)
+    assert "find the earlier position that holds the same token as position 22" in not_yet("10.3", 39)
+    for wrong in (counted_from_1, tokens[EARLIER + 2], EARLIER + 2, 39):
+        assert not shows_value(not_yet("10.3", wrong), tokens[EARLIER + 1]), wrong
+    assert tokens[LATER] == counted_from_1, "the sequence this test assumes"
+
+
+def test_exercise_8_3_names_a_forgotten_layernorm_shift():
+    embed = 64
+    reply = not_yet("8.3", 12 * embed**2 + 13 * embed - 2 * embed)
+    assert "each LayerNorm's scale but not its shift" in reply
+
+
+def test_exercise_8_3_names_a_forgotten_out_proj():
+    embed = 64
+    reply = not_yet("8.3", 12 * embed**2 + 13 * embed - (embed**2 + embed))
+    assert "you left out the output projection, out_proj" in reply and "four projections, not three" in reply

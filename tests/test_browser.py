@@ -112,6 +112,8 @@ def pages_of(built_book):
 # left out of the raw-TeX search: code may show TeX on purpose.
 MEASURE = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  // course.js marks wide formulas once they are typeset and laid out: give it two frames.
+  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
   const skip = "pre, code, script, style, textarea, mjx-container";
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT, {
     acceptNode: node => (node.parentElement && !node.parentElement.closest(skip)
@@ -143,6 +145,23 @@ MEASURE = """async () => {
         && hint.getBoundingClientRect().height > 0;
       return {table: box.textContent.trim().slice(0, 40), hinted: shown, focusable: box.tabIndex === 0};
     });
+  // Every displayed formula: its typeset width against its column, and whether a wide one scrolls in its
+  // own box (MathJax's container) with the hint above it.
+  const wideFormulas = Array.from(document.querySelectorAll(".bd-article div.math")).flatMap(box => {
+    const scroller = box.querySelector(":scope > mjx-container");
+    const math = scroller && scroller.firstElementChild;
+    if (!math) return [];
+    const column = box.parentElement.getBoundingClientRect().width;
+    const width = math.getBoundingClientRect().width;
+    if (width <= column + 1 && box.getBoundingClientRect().width <= column + 1) return [];
+    const style = getComputedStyle(scroller);
+    const hint = box.previousElementSibling;
+    return [{formula: box.textContent.trim().slice(0, 60), width: Math.round(width), column: Math.round(column),
+             scrolls: ["auto", "scroll"].includes(style.overflowX) && scroller.clientWidth <= column + 1,
+             hinted: !!hint && hint.classList.contains("math-scroll-hint") && !hint.hidden
+               && hint.getBoundingClientRect().height > 0,
+             focusable: scroller.tabIndex === 0}];
+  });
   const titles = Array.from(document.querySelectorAll(".exercise > .admonition-title, .solution > .admonition-title"))
     .map(title => title.textContent.trim());
   const solutionLinks = Array.from(document.querySelectorAll(".solution > .admonition-title a")).map(link => link.textContent);
@@ -152,7 +171,8 @@ MEASURE = """async () => {
     .filter(output => output.getBoundingClientRect().width > 0 && output.scrollWidth > output.clientWidth + 1)
     .map(output => output.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a), "").slice(0, 90));
   return {
-    rawTex, formulas: formulas.length, untypeset, mathErrors, images, wideTables, titles, solutionLinks, cutOutputs,
+    rawTex, formulas: formulas.length, displayFormulas: document.querySelectorAll(".bd-article div.math").length,
+    untypeset, mathErrors, images, wideTables, wideFormulas, titles, solutionLinks, cutOutputs,
     pageWidth: Math.max(document.documentElement.scrollWidth, document.body.scrollWidth),
     viewportWidth: document.documentElement.clientWidth,
     sidebarLinks: Array.from(document.querySelectorAll("nav.bd-docs-nav a")).map(a => a.href),
@@ -232,6 +252,29 @@ def test_wide_tables_scroll_in_their_own_box_with_a_hint(reports):
             assert table["hinted"] and table["focusable"], f"{relative} at {width}: a wide table without a scroll hint: {table}"
 
 
+def test_every_display_formula_fits_its_column_or_scrolls_with_a_hint(reports):
+    for (width, relative), report in reports.items():
+        for formula in report["wideFormulas"]:
+            assert formula["scrolls"] and formula["hinted"] and formula["focusable"], (
+                f"{relative} at {width}: a formula wider than its column, cut with no cue: {formula}"
+            )
+    assert sum(report["displayFormulas"] for report in reports.values()) >= 30, "display formulas were measured"
+
+
+def test_a_formula_wider_than_its_column_scrolls_with_a_hint(site, browser):
+    # Every formula in the book fits a phone; on a narrower screen lesson 6's MultiHead formula does not, and
+    # must then scroll in its own box, with the hint above it and keyboard focus.
+    base, _ = site
+    context, page = open_page(browser, PHONE, base + "lessons/06_multi_head_gpu.html")
+    page.set_viewport_size({"width": 260, "height": 844})
+    page.wait_for_timeout(500)  # course.js marks the formula on the frame after it is resized
+    wide = page.evaluate(MEASURE)["wideFormulas"]
+    assert any("MultiHead" in formula["formula"] for formula in wide), wide
+    for formula in wide:
+        assert formula["scrolls"] and formula["hinted"] and formula["focusable"], formula
+    context.close()
+
+
 def test_printed_output_fits_its_block_at_desktop_width(reports):
     for (width, relative), report in reports.items():
         if width == "desktop":
@@ -309,6 +352,49 @@ def test_the_reference_list_matches_the_author_year_citations(site, browser):
     page.goto(base + "lessons/" + href, wait_until="load")
     target = page.locator(f"[id='{href.split('#')[1]}']")
     assert "Vaswani" in target.inner_text() and "2017" in target.inner_text()
+    context.close()
+
+
+def test_references_link_to_arxiv_and_doi(site, browser):
+    base, _ = site
+    context, page = open_page(browser, DESKTOP, base + "book/references.html")
+    entries = page.locator("div.citation-list div.citation")
+    for index in range(entries.count()):
+        entry = entries.nth(index)
+        text = entry.inner_text()
+        hrefs = [link.get_attribute("href") for link in entry.locator("a").all()]
+        for arxiv in re.findall(r"arXiv:(\d{4}\.\d{4,5})", text):
+            assert f"https://arxiv.org/abs/{arxiv}" in hrefs, f"arXiv:{arxiv} is not a link: {text[:80]}"
+        for doi in re.findall(r"doi:(10\.\S+?)\.?(?:\s|$)", text):
+            assert f"https://doi.org/{doi}" in hrefs, f"doi:{doi} is not a link: {text[:80]}"
+        assert any(href.startswith("https://") for href in hrefs), f"a reference with no link: {text[:80]}"
+    assert entries.count() >= 15
+    context.close()
+
+
+def test_glossary_lesson_mentions_link_to_the_lessons(site, browser):
+    base, _ = site
+    context, page = open_page(browser, DESKTOP, base + "book/glossary.html")
+    definitions = page.locator("dl.glossary dd")
+    assert definitions.count() >= 50
+    hrefs = set()
+    for index in range(definitions.count()):
+        definition = definitions.nth(index)
+        text = definition.inner_text()
+        if not re.search(r"\(lessons? \d", text):
+            continue
+        links = definition.locator("a", has_text=re.compile(r"^(lesson )?\d+$")).all()
+        numbers = re.findall(r"\(lessons? (\d+)(?: and (\d+))?\)", text)
+        expected = [number for pair in numbers for number in pair if number]
+        assert [link.inner_text().split()[-1] for link in links] == expected, f"'(lesson N)' not linked: {text[:80]}"
+        hrefs.update(link.get_attribute("href") for link in links)
+    for href in sorted(hrefs):
+        number = re.search(r"lessons/(\d\d)_", href).group(1)
+        response = page.goto(base + "book/" + href, wait_until="load")
+        assert response.ok, href
+        assert page.locator("h1").first.inner_text().strip(), href
+        assert f"{int(number)}" in page.title() or page.url.endswith(href.split("#")[0]), href
+    assert len(hrefs) == 11, sorted(hrefs)
     context.close()
 
 

@@ -3,7 +3,9 @@
  * - exercise titles read "Exercise 1.1: ..." (sphinx-exercise writes "Exercise (1.1: ...)" for unnumbered
  *   exercises), and the "Solution to" link no longer starts with an underlined space;
  * - a table wider than its column says so: a hint above it, and the table scrolls sideways in its own box
- *   (the box can be focused and scrolled with the keyboard).
+ *   (the box can be focused and scrolled with the keyboard); so does a displayed formula;
+ * - a name in inline code may break after a "." or "_" (a <wbr>), so that a narrow column wraps
+ *   attn.MultiHeadAttention as "attn." and "MultiHeadAttention", not two letters a line.
  */
 (function () {
   "use strict";
@@ -62,7 +64,49 @@
     });
   }
 
+  /** Let names in inline code break after "." and "_" (followed by more of the name), and nowhere else. */
+  function breakableNames() {
+    document.querySelectorAll(".bd-article code.literal").forEach(function (code) {
+      textNodes(code).forEach(function (node) {
+        const parts = node.nodeValue.split(/(?<=[._])(?=\w)/);
+        if (parts.length < 2) return;
+        const fragment = document.createDocumentFragment();
+        parts.forEach(function (part, index) {
+          if (index > 0) fragment.appendChild(document.createElement("wbr"));
+          fragment.appendChild(document.createTextNode(part));
+        });
+        node.parentNode.replaceChild(fragment, node);
+      });
+    });
+  }
+
+  /** Mark displayed formulas wider than their column (MathJax's container scrolls): a hint above, and the
+   *  container can be focused and scrolled with the keyboard. */
+  function markWideFormulas() {
+    document.querySelectorAll(".bd-article div.math").forEach(function (box) {
+      const scroller = box.querySelector(":scope > mjx-container");
+      if (!scroller) return;
+      const wide = scroller.scrollWidth > scroller.clientWidth + 1;
+      box.classList.toggle("math-scrolls", wide);
+      if (wide && !scroller.hasAttribute("tabindex")) scroller.setAttribute("tabindex", "0");
+      let hint = box.previousElementSibling;
+      if (!hint || !hint.classList.contains("math-scroll-hint")) {
+        if (!wide) return;
+        hint = document.createElement("p");
+        hint.className = "math-scroll-hint";
+        hint.textContent = "Scroll the formula sideways to see all of it \u2192";
+        box.parentNode.insertBefore(hint, box);
+      }
+      hint.hidden = !wide;
+    });
+  }
+
   function start() {
+    breakableNames();
+    markWideFormulas();
+    const formulas = new ResizeObserver(function () { window.requestAnimationFrame(markWideFormulas); });
+    document.querySelectorAll(".bd-article div.math").forEach(function (box) { formulas.observe(box); });
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) MathJax.startup.promise.then(markWideFormulas);
     document.querySelectorAll(".exercise > .admonition-title, .solution > .admonition-title").forEach(tidyExerciseTitle);
     markWideTables();
     // Widths change with the window and when MathJax typesets the formulas inside a table.

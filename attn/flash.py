@@ -71,6 +71,12 @@ class Tiling:
     is_causal: bool = False
     padding: torch.Tensor | None = None
 
+    def __post_init__(self):
+        for name in ("t_q", "t_k", "block_q", "block_k"):
+            positive_int(name, getattr(self, name))
+        if not isinstance(self.is_causal, bool):
+            raise TypeError(f"is_causal must be True or False, got {type(self.is_causal).__name__} {self.is_causal!r}")
+
     def query_tiles(self):
         """Row slices 0:block_q, block_q:2 * block_q, ...; the last may be shorter."""
         return _slices(0, self.t_q, self.block_q)

@@ -45,6 +45,7 @@ def flash_forward(query, key, value, is_causal=False, block_q=32, block_k=32):
     Returns (B, H, T_q, d) in the query's dtype (float16, bfloat16 or float32; tiles are computed in
     float32). is_causal: query i sees keys up to T_k - T_q + i; rows with no allowed key give zeros.
     block_q and block_k: powers of 2, at least 16 (the smallest tile a GPU's matrix units take).
+    Forward only: the output carries no gradient (lesson 11's ``flash_attention`` has the backward).
     """
     block_q, block_k = check_flash_inputs(query, key, value, is_causal, block_q, block_k)
     _check_kernel_arguments(query, block_q, block_k)

@@ -295,3 +295,17 @@ def test_without_triton_the_kernel_says_so_in_a_sentence(monkeypatch):
     with pytest.raises(RuntimeError, match="No Triton here"):
         triton_kernels.flash_forward(*good())
     assert "def flash_forward_kernel(" in triton_kernels.kernel_source()  # reading it needs no Triton
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "words"),
+    [
+        ((64, 64, 0, 16, True), ValueError, "block_q must be positive"),
+        ((None, 64, 16, 16, True), TypeError, "t_q must be a positive int"),
+        ((64, 64, 2.5, 16, False), TypeError, "block_q must be a positive int"),
+        ((64, 64, 16, 16, "yes"), TypeError, "is_causal must be True or False"),
+    ],
+)
+def test_tiles_read_refuses_what_it_cannot_count(arguments, error, words):
+    with pytest.raises(error, match=words):
+        tiles_read(*arguments)

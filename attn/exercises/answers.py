@@ -390,6 +390,16 @@ def matches(answer, candidate, atol=1e-6):
         return bool(np.allclose(answer, candidate, rtol=1e-5, atol=atol))
 
 
+def _first_wrong(answer, expected, atol):
+    """(positions of every wrong entry, the first as a tuple, its index as shown), or None if all are right."""
+    wrong = _wrong_entries(answer, expected, atol)
+    if not wrong.any():
+        return None
+    positions = np.argwhere(wrong)
+    first = tuple(int(i) for i in positions[0])
+    return positions, first, first[0] if answer.ndim == 1 else first
+
+
 def compare(answer, expected, what, atol=1e-6):
     """None when a clean answer equals the clean ``expected``, else a sentence saying how it differs.
 
@@ -399,15 +409,13 @@ def compare(answer, expected, what, atol=1e-6):
     """
     if answer.shape != expected.shape:
         return _shape_problem(answer.shape, expected.shape, what)
-    wrong = _wrong_entries(answer, expected, atol)
-    if not wrong.any():
+    found = _first_wrong(answer, expected, atol)
+    if found is None:
         return None
+    positions, first, index = found
     if answer.size == 1:
         got, right = _pair(answer.flat[0], expected.flat[0])
         return f"{what} is {got}, expected {right}." if answer.ndim == 0 else f"{what} holds {got}, expected {right}."
-    positions = np.argwhere(wrong)
-    first = tuple(int(i) for i in positions[0])
-    index = first[0] if answer.ndim == 1 else first
     got, right = _pair(answer[first], expected[first])
     if len(positions) == 1:
         return f"{what} differs in one of its {answer.size} entries: at index {index} it is {got}, expected {right}."
@@ -422,14 +430,12 @@ def compare_without_answer(answer, expected, what, atol=1e-6):
     """
     if answer.shape != expected.shape:
         return _shape_problem(answer.shape, expected.shape, what)
-    wrong = _wrong_entries(answer, expected, atol)
-    if not wrong.any():
+    found = _first_wrong(answer, expected, atol)
+    if found is None:
         return None
     if answer.ndim == 0:
         return how_far(answer, expected, what)
-    positions = np.argwhere(wrong)
-    first = tuple(int(i) for i in positions[0])
-    index = first[0] if answer.ndim == 1 else first
+    positions, first, index = found
     miss = _entry_miss(answer[first], expected[first])
     if answer.size == 1:
         return f"{what} holds one number, and it {miss}."

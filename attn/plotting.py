@@ -3,8 +3,9 @@
 A lesson calls ``use_course_style()`` once, in its first cell. Figures are then drawn at
 100 CSS pixels per inch and saved at twice that (200 dpi), so they stay sharp on high-density
 screens; no text is smaller than ``SMALLEST_FONT_PT``; and figures are at most
-``COLUMN_WIDTH`` inches wide, so that in the book's column (and on a phone) the text keeps a
-readable size instead of being scaled down. Colours come from one palette (``PALETTE`` and its
+``COLUMN_WIDTH`` inches wide, so that on a phone, where the column is ``PHONE_COLUMN_PX`` CSS
+pixels and every figure is scaled down to fit it, the smallest text still renders at least
+``PHONE_TEXT_PX`` CSS pixels high. Colours come from one palette (``PALETTE`` and its
 two greys), each at least 3:1 against the white background.
 """
 
@@ -28,7 +29,11 @@ MINIMUM_CONTRAST = 3.0  # marks and text against what they are drawn on
 FIGURE_DPI = 100  # CSS pixels per inch of figure
 PNG_DPI = 2 * FIGURE_DPI  # saved pixels per inch: twice the CSS size, for high-density screens
 SMALLEST_FONT_PT = 10
-COLUMN_WIDTH = 6.8  # inches: the book's text column at 1280 px is about 690 CSS pixels wide
+PHONE_COLUMN_PX = 358  # CSS pixels: the book's column on a 390 px phone
+PHONE_TEXT_PX = 9  # the smallest text a reader must read, in CSS pixels on that phone
+# inches: the widest figure whose SMALLEST_FONT_PT text is still PHONE_TEXT_PX high on the phone
+# (10 pt / 72 * 358 px / 5.4 in = 9.2 px). On a desktop (a 690 px column) it shows at 540 px.
+COLUMN_WIDTH = 5.4
 
 COURSE_RC = {
     "figure.dpi": FIGURE_DPI,
@@ -36,7 +41,7 @@ COURSE_RC = {
     "figure.facecolor": BACKGROUND,
     "savefig.facecolor": BACKGROUND,
     "axes.facecolor": BACKGROUND,
-    "figure.figsize": (COLUMN_WIDTH, 4.2),
+    "figure.figsize": (COLUMN_WIDTH, 3.4),
     "font.size": 11,
     "axes.titlesize": 12,
     "axes.labelsize": 11,

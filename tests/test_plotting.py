@@ -194,9 +194,9 @@ def test_the_page_explorer_carries_the_fruit_table_and_no_script():
     assert "explorer" in repr(page_explorer())
 
 
-def lesson_pngs():
+def lesson_pngs(lessons=LESSONS):
     """(lesson, cell index, PNG bytes, output metadata) for every figure committed in the lessons."""
-    for path in LESSONS:
+    for path in lessons:
         for index, cell in enumerate(code_cells(load(path))):
             for output in cell["outputs"]:
                 if "image/png" in output.get("data", {}):
@@ -212,9 +212,13 @@ def png_size_and_dpi(png):
     return width, height, x_per_metre * 0.0254
 
 
-def test_every_lesson_figure_comes_from_the_course_style():
-    figures = list(lesson_pngs())
-    assert len(figures) >= 15
+def test_the_lessons_have_figures():
+    assert len(list(lesson_pngs())) >= 15
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[path.stem for path in LESSONS])
+def test_every_lesson_figure_comes_from_the_course_style(path):
+    figures = list(lesson_pngs([path]))
     for lesson, index, png, metadata in figures:
         width, height, dpi = png_size_and_dpi(png)
         where = f"{lesson}, code cell {index}"

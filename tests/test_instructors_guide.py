@@ -8,10 +8,12 @@ its lesson; and the measured running times included, with one row per notebook.
 """
 
 import functools
+import json
 import re
 
 import pytest
 
+from attn import reading_time
 from tests.notebooks import LESSONS, ROOT, load
 
 GUIDE = ROOT / "book" / "instructors.md"
@@ -168,3 +170,45 @@ def test_running_times_are_included_with_one_row_per_notebook(guide):
     assert header == ["Notebook", "Running time (s)"]
     assert [name for name, _ in rows] == [title(path) for path in LESSONS]
     assert all(seconds.isdigit() for _, seconds in rows)
+
+
+def test_reading_times_follow_the_stated_rule(guide, reading):
+    """Each notebook's reading time is attn.reading_time's rule applied to the notebook, with the
+    exercises the workshop does in class (or as pre-work) counted in and its homework left out."""
+    _, rows = tables(section(guide, "## Where each exercise belongs"))[0]
+    workshop = {row[0].split(" ", 1)[0]: row[1] for row in rows}
+    for path in LESSONS:
+        counts = reading_time.count(path)
+        in_class = sum(not workshop[exercise].startswith("home") for exercise in counts.exercises)
+        expected = reading_time.reading_minutes(counts, in_class)
+        assert reading[title(path)] == expected, (
+            f"{path.stem}: the guide says {reading[title(path)]} min, the rule gives {expected} "
+            f"({counts}, {in_class} exercises in class)"
+        )
+    rule = section(guide, "## Outcomes and reading time")
+    constants = ("WORDS_PER_MINUTE", "SECONDS_PER_CODE_LINE", "MINUTES_PER_FIGURE", "MINUTES_PER_FORMULA")
+    for constant in (*constants, "MINUTES_PER_EXERCISE"):
+        assert str(getattr(reading_time, constant)) in rule, f"the guide states the rule's {constant}"
+
+
+def test_the_reading_rule_counts_what_a_learner_meets():
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "source": ["# Title\n\nFour words of prose.\n\n$$a = b$$"]},
+            {"cell_type": "code", "source": ["x = 1\n", "\n", "y = 2\n"], "outputs": [{"data": {"image/png": "..."}}]},
+            {"cell_type": "markdown", "source": [":::{exercise} 1.1: Try\n:::\n\n```{solution-start} ex\n```"]},
+            {"cell_type": "code", "source": ["hidden = True\n"], "outputs": []},
+            {"cell_type": "markdown", "source": ["hidden words\n\n```{solution-end}\n```\n\nshown again"]},
+        ]
+    }
+    path = ROOT / ".pytest-reading-rule.ipynb"
+    try:
+        path.write_text(json.dumps(notebook))
+        counts = reading_time.count(path)
+    finally:
+        path.unlink(missing_ok=True)
+    assert counts == reading_time.Counts(words=15, code_lines=2, figures=1, formulas=1, exercises=("1.1",))
+    for wrong in (None, "2", 2.0, True, -1, 2):
+        with pytest.raises(ValueError, match="in_class must be a whole number from 0 to 1"):
+            reading_time.reading_minutes(counts, wrong)
+    assert reading_time.reading_minutes(counts, 1) % reading_time.ROUND_TO == 0

@@ -1,0 +1,140 @@
+"""How long a learner needs in class for each notebook: a stated rule, computed from the notebook.
+
+The instructors' guide gives every notebook a reading time. Rather than a guess, it is this rule,
+applied to what a learner meets on the way through (a hidden solution is not counted: a learner
+opens it only after trying):
+
+    minutes = prose words / WORDS_PER_MINUTE
+            + code lines * SECONDS_PER_CODE_LINE / 60
+            + figures * MINUTES_PER_FIGURE
+            + display formulas * MINUTES_PER_FORMULA
+            + exercises done in class * MINUTES_PER_EXERCISE
+
+rounded to the nearest multiple of ROUND_TO. Reading speed is slow because the prose is
+technical: it carries shapes and numbers to check against the code. A display formula is a step
+to work through, a figure is read against the text, a code line is read, run and its output
+compared with the prose. The constants were fitted once, by a search for the ones that come
+closest, to a learner's walkthrough of four notebooks (the interlude 25-30 minutes, lesson 8
+65-75, lesson 9 50-60, lesson 10 60-70; the rule gives 31, 66, 52 and 60 with every exercise
+counted), and are applied unchanged to every notebook.
+
+Run ``python -m attn.reading_time`` to print the counts and minutes for every lesson.
+"""
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+WORDS_PER_MINUTE = 110
+SECONDS_PER_CODE_LINE = 4
+MINUTES_PER_FIGURE = 4
+MINUTES_PER_FORMULA = 5
+MINUTES_PER_EXERCISE = 3
+ROUND_TO = 5
+
+EXERCISE = re.compile(r"^:::\{exercise\} ([0-9A-Z]+\.[0-9]+):", flags=re.MULTILINE)
+SOLUTION_START = "```{solution-start}"
+SOLUTION_END = re.compile(r"```\{solution-end\}\s*\n```")
+DISPLAY_FORMULA = re.compile(r"\$\$.+?\$\$|^```\{math\}", flags=re.DOTALL | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a learner meets in one notebook, hidden solutions left out."""
+
+    words: int
+    code_lines: int
+    figures: int
+    formulas: int  # display formulas: $$...$$ or a {math} block
+    exercises: tuple  # their ids, e.g. ("8.1", "8.2", "8.3")
+
+
+def _visible_prose(cells):
+    """The markdown a learner reads on the way through: everything outside solution blocks."""
+    visible, in_solution = [], False
+    for cell in cells:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        if in_solution:
+            end = SOLUTION_END.search(text)
+            if not end:
+                continue
+            text, in_solution = text[end.end() :], False
+        if SOLUTION_START in text:
+            text, in_solution = text[: text.index(SOLUTION_START)], True
+        visible.append(text)
+    return visible
+
+
+def _visible_code(cells):
+    """The code cells a learner runs on the way through: those outside solution blocks."""
+    visible, in_solution = [], False
+    for cell in cells:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            if SOLUTION_START in text:
+                in_solution = True
+            if SOLUTION_END.search(text):
+                in_solution = SOLUTION_START in text[SOLUTION_END.search(text).end() :]
+        elif not in_solution:
+            visible.append(cell)
+    return visible
+
+
+def count(path):
+    """Count a notebook's visible prose words, code lines (not blank), figures, formulas and exercises."""
+    cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+    prose = _visible_prose(cells)
+    code = _visible_code(cells)
+    return Counts(
+        words=sum(len(text.split()) for text in prose),
+        code_lines=sum(1 for cell in code for line in "".join(cell["source"]).splitlines() if line.strip()),
+        figures=sum("image/png" in output.get("data", {}) for cell in code for output in cell.get("outputs", [])),
+        formulas=sum(len(DISPLAY_FORMULA.findall(text)) for text in prose),
+        exercises=tuple(found for text in prose for found in EXERCISE.findall(text)),
+    )
+
+
+def unrounded_minutes(counts, in_class):
+    """The rule before rounding; ``in_class`` is how many of the exercises are done in class."""
+    return (
+        counts.words / WORDS_PER_MINUTE
+        + counts.code_lines * SECONDS_PER_CODE_LINE / 60
+        + counts.figures * MINUTES_PER_FIGURE
+        + counts.formulas * MINUTES_PER_FORMULA
+        + in_class * MINUTES_PER_EXERCISE
+    )
+
+
+def reading_minutes(counts, in_class):
+    """The rule, rounded to the nearest multiple of ROUND_TO minutes."""
+    if not isinstance(in_class, int) or isinstance(in_class, bool) or not 0 <= in_class <= len(counts.exercises):
+        raise ValueError(f"in_class must be a whole number from 0 to {len(counts.exercises)}, the notebook's exercises")
+    return ROUND_TO * math.floor(unrounded_minutes(counts, in_class) / ROUND_TO + 0.5)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lessons", nargs="?", default="lessons", help="the folder of notebooks (default: lessons)")
+    args = parser.parse_args(argv)
+    folder = Path(args.lessons)
+    paths = sorted(folder.glob("*.ipynb")) if folder.is_dir() else []
+    if not paths:
+        parser.error(f"{folder} is not a folder of notebooks")
+    print("| Notebook | Words | Code lines | Figures | Formulas | Exercises | Minutes, all exercises in class |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for path in paths:
+        counts = count(path)
+        minutes = reading_minutes(counts, len(counts.exercises))
+        cells = (counts.words, counts.code_lines, counts.figures, counts.formulas, len(counts.exercises), minutes)
+        print(f"| {path.stem} | " + " | ".join(map(str, cells)) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

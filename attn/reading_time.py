@@ -86,9 +86,25 @@ def _visible_code(cells):
     return visible
 
 
+def _cells(path):
+    """The cells of the notebook at ``path``, or a ValueError that says what ``path`` is instead."""
+    if not isinstance(path, str | Path):
+        raise ValueError(f"give the path of a notebook (a str or a Path), not {type(path).__name__}")
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no such notebook: {path}")
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        if not all(isinstance(cell, dict) and "cell_type" in cell and "source" in cell for cell in cells):
+            raise TypeError("a cell without a type or a source")
+    except (ValueError, KeyError, TypeError) as error:  # not JSON, not UTF-8, or not a notebook's layout
+        raise ValueError(f"{path} is not a notebook saved by Jupyter ({error})") from None
+    return cells
+
+
 def count(path):
     """Count a notebook's visible prose words, code lines (not blank), figures, formulas and exercises."""
-    cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+    cells = _cells(path)
     prose = _visible_prose(cells)
     code = _visible_code(cells)
     return Counts(
@@ -128,8 +144,11 @@ def main(argv=None):
         parser.error(f"{folder} is not a folder of notebooks")
     print("| Notebook | Words | Code lines | Figures | Formulas | Exercises | Minutes, all exercises in class |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for path in paths:
-        counts = count(path)
+    try:
+        counted = [(path, count(path)) for path in paths]
+    except ValueError as error:
+        parser.error(str(error))
+    for path, counts in counted:
         minutes = reading_minutes(counts, len(counts.exercises))
         cells = (counts.words, counts.code_lines, counts.figures, counts.formulas, len(counts.exercises), minutes)
         print(f"| {path.stem} | " + " | ".join(map(str, cells)) + " |")

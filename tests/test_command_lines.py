@@ -95,3 +95,18 @@ def test_execute_checks_where_the_times_go_before_running(capsys, tmp_path):
     }
     for times, message in cases.items():
         assert message in error_of(capsys, execute.main, [str(good), "--times", times])
+
+
+def test_reading_time_names_what_is_not_a_notebook(capsys, tmp_path):
+    from attn import reading_time
+
+    assert "is not a folder of notebooks" in error_of(capsys, reading_time.main, [str(tmp_path)])
+    (tmp_path / "broken.ipynb").write_text('{"cells": [')
+    message = error_of(capsys, reading_time.main, [str(tmp_path)])
+    assert f"error: {tmp_path / 'broken.ipynb'} is not a notebook saved by Jupyter (" in message, message
+    for wrong, says in ((None, "not NoneType"), (3, "not int"), (tmp_path / "none.ipynb", "no such notebook")):
+        with pytest.raises(ValueError, match=says):
+            reading_time.count(wrong)
+    (tmp_path / "odd.ipynb").write_text('{"cells": [1, 2]}')
+    with pytest.raises(ValueError, match="is not a notebook saved by Jupyter"):
+        reading_time.count(tmp_path / "odd.ipynb")

@@ -8,6 +8,7 @@ colour outside the palette.
 
 import base64
 import html
+import inspect
 import json
 import re
 import struct
@@ -174,6 +175,59 @@ def test_explorer_pieces():
     assert [child.description for child in widget.children[:5]] == [
         "sweetness", "durability", "texture", "divide by sqrt(d_k)", "temperature"
     ]
+
+
+def test_sweep_grid_titles_fit_side_by_side_and_typeset_the_temperature():
+    from attn.explorer import sweep_grid
+
+    figure = sweep_grid([0.8, 0.2, 0.1])
+    renderer = figure.canvas.get_renderer()
+    axes = np.array(figure.axes).reshape(3, 2)
+    for left, right in axes:
+        left_title, right_title = (ax.title.get_window_extent(renderer) for ax in (left, right))
+        assert left_title.x1 < right_title.x0, (left.get_title(), right.get_title())
+        for ax in (left, right):
+            assert r"$\tau = " in ax.get_title() and ax.get_title().count("\n") == 1
+    assert figure.get_size_inches()[0] <= COLUMN_WIDTH
+    assert min(text_sizes(figure)) >= SMALLEST_FONT_PT
+
+
+# ASCII standing in for maths in figure text: a subscript (d_k), a root, a spaced dot, a power.
+ASCII_MATHS = re.compile(r"\b[A-Za-z]_[A-Za-z0-9]+\b|sqrt|\s\.\s|\^|\*\*")
+FIGURE_TEXT = re.compile(
+    r"\b(label|title|xlabel|ylabel|set_title|set_xlabel|set_ylabel|suptitle|text|colorbar_label)"
+    r"\s*[=(]\s*[fr]{0,2}([\"'])(.*?)\2"
+)
+
+
+def ascii_maths_in_figure_text(source):
+    """Figure labels in ``source`` that write maths in ASCII outside $...$ (f-string fields ignored)."""
+    found = []
+    for match in FIGURE_TEXT.finditer(source):
+        text = re.sub(r"\$[^$]*\$", "", re.sub(r"\{[^}]*\}", "", match.group(3)))
+        if ASCII_MATHS.search(text):
+            found.append(match.group(3))
+    return found
+
+
+def test_the_ascii_maths_rule_catches_what_it_should():
+    assert ascii_maths_in_figure_text('ax.set(xlabel="d_k", title="q . k / sqrt(d_k)")') == ["d_k", "q . k / sqrt(d_k)"]
+    assert ascii_maths_in_figure_text('ax.set_title("grows like T^2")') == ["grows like T^2"]
+    typeset = 'ax.set(xlabel=r"$d_k$", label=r"$q \\cdot k / \\sqrt{d_k}$", title=f"head {d_k}, layer {n}")'
+    assert ascii_maths_in_figure_text(typeset) == []
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[path.stem for path in LESSONS])
+def test_figure_text_typesets_its_maths(path):
+    sources = ["".join(cell["source"]) for cell in code_cells(load(path))]
+    found = [text for source in sources for text in ascii_maths_in_figure_text(source)]
+    assert not found, f"write these with matplotlib's mathtext ($d_k$, $\\sqrt{{d_k}}$): {found}"
+
+
+def test_the_explorer_figures_typeset_their_maths():
+    import attn.explorer
+
+    assert not ascii_maths_in_figure_text(inspect.getsource(attn.explorer))
 
 
 def test_the_page_explorer_carries_the_fruit_table_and_no_script():

@@ -32,6 +32,8 @@ from attn.plotting import (  # noqa: E402
     MINIMUM_CONTRAST,
     NEUTRAL,
     PALETTE,
+    PHONE_COLUMN_PX,
+    PHONE_TEXT_PX,
     PNG_DPI,
     SMALLEST_FONT_PT,
     contrast_ratio,
@@ -270,6 +272,16 @@ def test_the_lessons_have_figures():
     assert len(list(lesson_pngs())) >= 15
 
 
+# The widest PNG whose smallest text still renders PHONE_TEXT_PX high when the phone's column
+# (PHONE_COLUMN_PX) shrinks it: the browser test's rule, checked here without a browser. A figure
+# COLUMN_WIDTH wide gains up to 0.2 in of margins from the tight bounding box and still fits.
+PHONE_WIDEST_PNG_PX = PHONE_COLUMN_PX * (SMALLEST_FONT_PT / 72 * PNG_DPI) / PHONE_TEXT_PX  # 1105 px, 5.5 in
+
+
+def test_the_phone_rule_leaves_room_for_a_full_width_figure():
+    assert (COLUMN_WIDTH + 0.1) * PNG_DPI <= PHONE_WIDEST_PNG_PX < (COLUMN_WIDTH + 0.2) * PNG_DPI
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=[path.stem for path in LESSONS])
 def test_every_lesson_figure_comes_from_the_course_style(path):
     figures = list(lesson_pngs([path]))
@@ -278,7 +290,10 @@ def test_every_lesson_figure_comes_from_the_course_style(path):
         where = f"{lesson}, code cell {index}"
         assert dpi == pytest.approx(PNG_DPI, abs=1), f"{where}: {dpi:.0f} dpi"
         assert metadata.get("image/png") == {"width": width // 2, "height": height // 2}, f"{where}: not a 2x (retina) PNG"
-        assert width <= (COLUMN_WIDTH + 0.4) * PNG_DPI, f"{where}: {width / PNG_DPI:.1f} inches wide"
+        assert width <= PHONE_WIDEST_PNG_PX, (
+            f"{where}: {width / PNG_DPI:.2f} inches wide with its margins; above {PHONE_WIDEST_PNG_PX / PNG_DPI:.2f}, "
+            f"its {SMALLEST_FONT_PT} pt text is under {PHONE_TEXT_PX} CSS px on a phone (make the figure narrower)"
+        )
 
 
 FONT_SIZE = re.compile(r"fontsize\s*=\s*([\d.]+|\"[a-z-]+\"|'[a-z-]+')")

@@ -2,8 +2,8 @@
 
 Contrast is the WCAG 2 ratio; every mark and every piece of text needs at least 3:1 against what it is
 drawn on. The lessons' committed figures are checked here too: every one comes from the course style
-(a 2x PNG at 200 dpi, no wider than the book's column), and no lesson asks for smaller text or for a
-colour outside the palette.
+(a 2x PNG at 200 dpi, narrow enough that its 10 pt text is still 9 CSS px on a phone), no lesson asks
+for smaller text or for a colour outside the palette, and figure text writes its maths in mathtext.
 """
 
 import base64

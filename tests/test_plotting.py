@@ -38,6 +38,7 @@ from attn.plotting import (  # noqa: E402
     SMALLEST_FONT_PT,
     contrast_ratio,
     heatmap,
+    labels_fit_across,
     mark_cells,
     relative_luminance,
     text_colour_on,
@@ -126,6 +127,18 @@ def test_heatmap_can_leave_the_colour_bar_to_the_caller():
     for ax in axes:
         heatmap(np.eye(2), ["a", "b"], ["x", "y"], "t", ax=ax, colorbar=False)
     assert len(fig.axes) == 2
+
+
+def test_heatmap_keeps_column_labels_level_where_they_fit():
+    ax = heatmap(np.eye(3), list("abc"), ["apple", "banana", "chair"], "t")
+    assert [label.get_rotation() for label in ax.get_xticklabels()] == [0, 0, 0]
+    ax.figure.canvas.draw()
+    extents = [label.get_window_extent() for label in ax.get_xticklabels()]
+    assert all(left.x1 < right.x0 for left, right in zip(extents, extents[1:], strict=False)), "level labels must not touch"
+    tokens = ["Bill", "is", "going", "to", "the", "theatre", "to", "watch", "a", "new", "movie"]
+    ax = heatmap(np.eye(len(tokens)), tokens, tokens, "t")
+    assert {label.get_rotation() for label in ax.get_xticklabels()} == {45}
+    assert labels_fit_across(ax, [])
 
 
 def test_heatmap_refuses_mismatched_labels():

@@ -37,21 +37,40 @@ def fruit_attention(query, scaled=True, temperature=1.0):
     return weights, weights @ fruit.VALUES  # (3,), (3,)
 
 
-def draw_fruit_attention(query, scaled=True, temperature=1.0, ax=None):
-    """Bar chart of the weights, with the output vector written in the title."""
+def setting_label(scaled, temperature):
+    """A setting in the lesson's notation, for a figure: 'scaled, $\\tau = 0.1$'."""
+    return f"{'scaled' if scaled else 'unscaled'}, $\\tau = {temperature:g}$"
+
+
+def draw_fruit_attention(query, scaled=True, temperature=1.0, ax=None, title=None):
+    """Bar chart of the weights, with the setting and the output vector in the title.
+
+    title: a shorter title in place of the setting and the named output (``sweep_grid``'s panels).
+    """
     weights, output = fruit_attention(query, scaled, temperature)
-    label = f"{'scaled' if scaled else 'unscaled'}, temperature {temperature:g}"
-    summary = ", ".join(f"{name} {number:.2f}" for name, number in zip(fruit.VALUE_ATTRIBUTES, output, strict=True))
-    return weight_bars(weights, list(fruit.NAMES), f"{label}\n{summary}", ax=ax, highlight=fruit.NAMES[int(np.argmax(weights))])
+    if title is None:
+        summary = ", ".join(f"{name} {number:.2f}" for name, number in zip(fruit.VALUE_ATTRIBUTES, output, strict=True))
+        title = f"{setting_label(scaled, temperature)}\n{summary}"
+    return weight_bars(weights, list(fruit.NAMES), title, ax=ax, highlight=fruit.NAMES[int(np.argmax(weights))])
 
 
 def sweep_grid(query, temperatures=(0.1, 1.0, 10.0)):
-    """One row per temperature, unscaled on the left and scaled on the right. Returns the figure."""
-    fig, axes = plt.subplots(len(temperatures), 2, figsize=(COLUMN_WIDTH, 2.9 * len(temperatures)), sharey=True, squeeze=False)
+    """One row per temperature, unscaled on the left and scaled on the right. Returns the figure.
+
+    Each panel's title is short enough for half the column on a phone: the setting, then the
+    output as numbers, in the order the figure's title names (price, liking, use).
+    """
+    fig, axes = plt.subplots(
+        len(temperatures), 2, figsize=(COLUMN_WIDTH, 0.5 + 2.7 * len(temperatures)), sharey=True, squeeze=False
+    )
     for row, temperature in enumerate(temperatures):
         for column, scaled in enumerate((False, True)):
-            draw_fruit_attention(query, scaled, temperature, ax=axes[row, column])
+            _, output = fruit_attention(query, scaled, temperature)
+            numbers = ", ".join(f"{number:.2f}" for number in output)
+            title = f"{setting_label(scaled, temperature)}\noutput ({numbers})"
+            draw_fruit_attention(query, scaled, temperature, ax=axes[row, column], title=title)
         axes[row, 1].set_ylabel("")  # the rows share their weight axis
+    fig.suptitle(f"Fruit weights; output = ({', '.join(fruit.VALUE_ATTRIBUTES)})")
     fig.tight_layout()
     return fig
 

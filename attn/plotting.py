@@ -12,6 +12,8 @@ two greys), each at least 3:1 against the white background.
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import TextToPath
 
 COLORMAP = "viridis"  # perceptually uniform and readable with colour-blindness
 
@@ -92,6 +94,21 @@ def text_colour_on(background):
     return "black" if contrast_ratio("black", background) >= contrast_ratio("white", background) else "white"
 
 
+def labels_fit_across(ax, labels):
+    """Whether ``labels``, one per column of ``ax``, fit side by side unrotated at the tick label size.
+
+    Measured against the axes' width before layout (tight or constrained layout mostly widens
+    it), so each label may take at most 90% of its column, a margin for what layout takes back.
+    """
+    if len(labels) == 0:
+        return True
+    font = FontProperties(size=mpl.rcParams["xtick.labelsize"])
+    measure = TextToPath().get_text_width_height_descent
+    widest = max(measure(str(label), font, ismath=False)[0] for label in labels)  # points
+    column = ax.get_position().width * ax.figure.get_size_inches()[0] * 72 / len(labels)  # points
+    return widest <= 0.9 * column
+
+
 def heatmap(
     matrix, row_labels, col_labels, title, ax=None, annotate=None, colorbar_label="weight", vmin=None, vmax=None, colorbar=True
 ):
@@ -114,13 +131,16 @@ def heatmap(
         width = min(COLUMN_WIDTH, 0.5 * matrix.shape[1] + 2.8)
         _, ax = plt.subplots(figsize=(width, 0.42 * matrix.shape[0] + 1.8))
     image = ax.imshow(matrix, cmap=COLORMAP, vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(matrix.shape[1]), labels=col_labels, rotation=45, ha="right", rotation_mode="anchor")
     ax.set_yticks(range(matrix.shape[0]), labels=row_labels)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     ax.set_title(title)
     if colorbar:
         ax.figure.colorbar(image, ax=ax, label=colorbar_label)
+    if labels_fit_across(ax, col_labels):  # level labels read more easily, where there is room
+        ax.set_xticks(range(matrix.shape[1]), labels=col_labels)
+    else:
+        ax.set_xticks(range(matrix.shape[1]), labels=col_labels, rotation=45, ha="right", rotation_mode="anchor")
     if annotate is None:
         annotate = matrix.size <= 64
     if annotate:

@@ -39,7 +39,7 @@ PRICES = dict(fruit.PRICES)
 def test_every_lesson_registers_its_exercises_in_order():
     lessons = [f"{lesson}.{number}" for lesson in range(1, 11) for number in range(1, 4)]
     lessons += [f"11.{number}" for number in range(1, 5)]  # lesson 11 has four
-    primer = ["P.1", "P.2"]  # the PyTorch primer, read between lessons 5 and 6
+    primer = ["P.1", "P.2", "P.3", "P.4"]  # the PyTorch primer, read between lessons 5 and 6
     assert exercise_ids() == lessons[:15] + primer + lessons[15:]
     assert set(EXERCISES) == set(exercise_ids())
 
@@ -277,8 +277,106 @@ def test_cross_entropy_by_hand_must_not_call_cross_entropy(capsys):
     assert by_nll_loss.startswith("Correct"), by_nll_loss
 
 
+def test_primer_stack_shape_is_predicted_without_being_told(capsys):
+    """P.3 (predict-first): cat's shapes and stack along another dim are named; the shape is never printed."""
+    assert printed(capsys, "P.3", (2, 3, 5)).startswith("Correct")
+    assert printed(capsys, "P.3", torch.Size([2, 3, 5])).startswith("Correct")
+    assert printed(capsys, "P.3", [2, 3, 5]).startswith("Correct")
+    for concatenated in ((2, 15), (6, 5)):
+        assert "torch.cat would give" in printed(capsys, "P.3", concatenated)
+    for other_dim in ((3, 2, 5), (2, 5, 3)):
+        assert "stack along another dim" in printed(capsys, "P.3", other_dim)
+    assert "adds one more" in printed(capsys, "P.3", (2, 3, 5, 1))
+    for wrong in ((2, 15), (6, 5), (3, 2, 5), (2, 5, 3), (2, 3, 4), (3, 5), (2, 3, 5, 1)):
+        reply = printed(capsys, "P.3", wrong)
+        assert reply.startswith("Not yet") and "(2, 3, 5)" not in reply, reply
+        assert "2, 3, 5" not in reply, reply
+
+
+def test_primer_stack_shape_survives_hostile_answers(capsys):
+    hostile = [
+        (None, "nothing yet"),
+        (..., "nothing yet"),
+        ("(2, 3, 5)", "is the text"),
+        ((2, 3.5, 5), "whole"),
+        ((2, float("nan"), 5), "NaN"),
+        (((2, 3), (5,)), "ragged"),
+        (torch.zeros(2, 3, 5), "give its .shape"),
+        (torch.zeros(2, 3, 5, requires_grad=True), "give its .shape"),
+        (np.zeros((2, 3, 5)), "give its .shape"),
+        (lambda: (2, 3, 5), "is a function"),
+        (True, "Not yet"),
+        ({"shape": (2, 3, 5)}, "dictionary"),
+    ]
+    for answer, words in hostile:
+        reply = printed(capsys, "P.3", answer)
+        assert reply.startswith("Not yet") and words in reply, f"{answer!r}: {reply}"
+        assert "Traceback" not in reply
+
+
+def _causal_keep_mask(real):
+    length = real.shape[1]
+    return torch.ones(length, length, dtype=torch.bool).tril() & real[:, None, :]
+
+
+def test_primer_causal_mask_names_each_common_mistake(capsys):
+    """P.4: an inverted mask, a diagonal off by one either way, triu, and padding on the wrong axis are named."""
+
+    def triangle(real, diagonal=0):
+        return torch.ones(real.shape[1], real.shape[1], dtype=torch.bool).tril(diagonal)
+
+    assert printed(capsys, "P.4", _causal_keep_mask).startswith("Correct")
+    assert printed(capsys, "P.4", lambda real: _causal_keep_mask(real).numpy()).startswith("Correct")
+    assert printed(capsys, "P.4", lambda real: _causal_keep_mask(real).tolist()).startswith("Correct")
+    mistakes = {
+        "True and False swapped": lambda real: ~_causal_keep_mask(real),
+        "nn.MultiheadAttention": lambda real: ~triangle(real) | ~real[:, None, :],  # PyTorch's convention
+        "one too high": lambda real: triangle(real, 1) & real[:, None, :],
+        "one too low": lambda real: triangle(real, -1) & real[:, None, :],
+        "torch.triu keeps the upper": lambda real: triangle(real).T & real[:, None, :],
+        "the padding is missing": lambda real: triangle(real).expand(len(real), -1, -1),
+        "instead of the padded keys": lambda real: triangle(real) & real[:, :, None],
+        "also hides the padded queries": lambda real: triangle(real) & real[:, :, None] & real[:, None, :],
+        "the causal part is missing": lambda real: real[:, None, :].expand(-1, real.shape[1], -1),
+        "padding is at the end, but not": lambda real: triangle(real)
+        & (torch.arange(real.shape[1]) < real.sum(dim=1, keepdim=True))[:, None, :],
+        "one (T, T) mask for the whole batch": triangle,
+        "want dtype=bool": lambda real: _causal_keep_mask(real).float(),
+        "holds 0 and -inf": lambda real: torch.zeros(len(real), real.shape[1], real.shape[1]).masked_fill(
+            ~_causal_keep_mask(real), float("-inf")
+        ),
+    }
+    for words, function in mistakes.items():
+        reply = printed(capsys, "P.4", function)
+        assert reply.startswith("Not yet") and words in reply, f"{words}: {reply}"
+
+
+def test_primer_causal_mask_survives_hostile_answers(capsys):
+    def changes_its_argument(real):
+        real.fill_(True)  # the check's inputs are fresh for every call, so this spoils only this answer
+        return _causal_keep_mask(real)
+
+    hostile = {
+        "nothing yet": None,
+        "function itself": _causal_keep_mask(torch.ones(2, 5, dtype=torch.bool)),
+        "raised ZeroDivisionError": lambda real: 1 / 0,
+        "returned None": lambda real: None,
+        "is the text": lambda real: "mask",
+        "contains NaN": lambda real: _causal_keep_mask(real).float() * float("nan"),
+        "ragged": lambda real: [[True, False], [True]],
+        "the padding is missing": changes_its_argument,
+        "want dtype=bool": lambda real: _causal_keep_mask(real).float().requires_grad_(),
+        "should be (B, T, T)": lambda real: _causal_keep_mask(real)[:, :, :-1],
+        "called sys.exit()": lambda real: sys.exit(1),
+    }
+    for words, answer in hostile.items():
+        reply = printed(capsys, "P.4", answer)
+        assert reply.startswith("Not yet") and words in reply, f"{words}: {reply}"
+    assert printed(capsys, "P.4", _causal_keep_mask).startswith("Correct"), "a changed argument spoils nothing later"
+
+
 def test_checks_survive_answers_of_the_wrong_kind(capsys):
-    for exercise_id in ("2.2", "4.1", "5.3", "P.1", "P.2", "6.2", "6.3", "7.3"):
+    for exercise_id in ("2.2", "4.1", "5.3", "P.1", "P.2", "P.3", "P.4", "6.2", "6.3", "7.3"):
         assert printed(capsys, exercise_id, "not a number").startswith("Not yet")
 
 

@@ -1,13 +1,17 @@
-"""The PyTorch primer's exercises (read between lessons 5 and 6): nn.Linear by hand, cross-entropy by hand.
+"""The PyTorch primer's exercises (read between lessons 5 and 6): nn.Linear by hand, cross-entropy by hand,
+and, in its section for Part 2, the shape torch.stack gives (P.3) and a causal keep-mask with padding (P.4).
 
 torch is imported inside the functions, so that ``import attn`` stays free of it. P.1's solution
 is PyTorch's own function; P.2's is the computation by hand, since the exercise asks for it without
-calling functional.cross_entropy (the check watches for that call).
+calling functional.cross_entropy (the check watches for that call). P.3 is predict-first: its
+replies name the mistake (cat's shape, the new axis in the wrong place) but never the shape.
 """
 
 import contextlib
 
-from attn.exercises.answers import Array, Function, Number, attempt, compare, compare_without_answer, matches
+import numpy as np
+
+from attn.exercises.answers import Array, Function, Number, Shape, attempt, compare, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 LINEAR_CASES = ((5, 3, 11), (2, 4, 12))  # (N, features, seed): square weights, so a missing .T gives numbers, not an error
@@ -203,3 +207,197 @@ def _cross_entropy_by_hand(answer, expected):
             "exercise asks you to do without: compute log_softmax, pick each example's right class, take the mean and negate it."
         )
     return problem
+
+
+# The section "What Part 2 uses" ---------------------------------------------------------------
+
+STACKED = (3, 2, 5)  # exercise P.3: three tensors, each (2, 5), stacked along STACK_DIM
+STACK_DIM = 1
+# exercise P.4: (the real tokens of each sequence, where the padding is); the padding is at the end, as in lesson 6,
+# or at the start, so that a function which assumes where it is fails one of the two calls
+PADDED = (((5, 3), "end"), ((6, 4, 2), "start"))
+
+
+def _stacked_shape():
+    """The shape of torch.stack of STACKED[0] tensors of shape STACKED[1:] along STACK_DIM, from the rule."""
+    count, *each = STACKED
+    return tuple(each[:STACK_DIM]) + (count,) + tuple(each[STACK_DIM:])
+
+
+def _concatenated_shape(dim):
+    """The shape torch.cat would give for the same tensors along ``dim``."""
+    count, *each = STACKED
+    each[dim] *= count
+    return tuple(each)
+
+
+def _stacked_at(dim):
+    count, *each = STACKED
+    return tuple(each[:dim]) + (count,) + tuple(each[dim:])
+
+
+@exercise(
+    "P.3",
+    Shape("your shape"),
+    solution=_stacked_shape,
+    success="torch.stack adds a new axis, one entry per tensor, at position dim=1: (2, 3, 5); "
+    "torch.cat([a, b, c], dim=1) would lengthen the axis that is there instead, to (2, 15).",
+)
+def _stack_shape(shape, expected):
+    count, *each = STACKED
+    if shape in {_concatenated_shape(dim) for dim in range(len(each))}:
+        return (
+            "that is a shape torch.cat would give: cat joins tensors along an axis they already have, so the result keeps "
+            f"{len(each)} axes; stack puts them side by side along a new axis, of size {count}, so it has {len(each) + 1}."
+        )
+    if len(shape) != len(each) + 1:
+        return (
+            f"your shape has {len(shape)} axes; torch.stack keeps every axis of its tensors, which have {len(each)}, "
+            "and adds one more."
+        )
+    if shape in {_stacked_at(dim) for dim in range(len(each) + 1) if dim != STACK_DIM}:
+        return (
+            "that is stack along another dim: the new axis goes exactly at position dim (counted from 0), and the "
+            "tensors' own axes keep their order around it."
+        )
+    if shape != expected:
+        return (
+            f"{shape} is not it: torch.stack keeps each tensor's axes, in order, and inserts one new axis whose size is "
+            "the number of tensors, at position dim."
+        )
+    return None
+
+
+def _real_flags(lengths, padding):
+    """(B, T) booleans, True = real token, for sequences of the given lengths padded to the longest at the
+    ``padding`` end ("end" or "start")."""
+    import torch
+
+    length = max(lengths)
+    positions = torch.arange(length)[None, :]  # (1, T)
+    sizes = torch.tensor(lengths)[:, None]  # (B, 1)
+    return positions < sizes if padding == "end" else positions >= length - sizes  # (B, T)
+
+
+def _padded_calls():
+    """Fresh inputs each time, so a function that changes its argument in place spoils nothing."""
+    calls = []
+    for lengths, padding in PADDED:
+        sizes = ", ".join(map(str, lengths))
+        label = f"with real of shape {(len(lengths), max(lengths))} (lengths {sizes}, padded at the {padding})"
+        calls.append((label, (_real_flags(lengths, padding),)))
+    return calls
+
+
+def _causal_padded_keep_mask(real):
+    """The course's keep-mask: query i of sequence b may attend to key j when j <= i and key j is real.
+
+    real (B, T) bool -> (B, T, T) bool, True = may attend.
+    """
+    import torch
+
+    length = real.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()  # (T, T): j <= i
+    return causal & real[:, None, :]  # (T, T) & (B, 1, T) -> (B, T, T)
+
+
+def _mask_variants(real):
+    """(name, mask) for the common mistakes of exercise P.4, each (B, T, T) or (T, T) as NumPy booleans."""
+    real = np.asarray(real, dtype=bool)  # (B, T)
+    batch, length = real.shape
+    ones = np.ones((length, length), dtype=bool)
+    keys = real[:, None, :]  # (B, 1, T): the real keys, the same for every query
+    queries = real[:, :, None]  # (B, T, 1)
+    right = np.tril(ones) & keys
+    return {
+        "inverted": ~right,
+        "diagonal too high": np.tril(ones, k=1) & keys,
+        "diagonal too low": np.tril(ones, k=-1) & keys,
+        "upper triangle": np.triu(ones) & keys,
+        "no padding": np.broadcast_to(np.tril(ones), (batch, length, length)),
+        "padding on the queries": np.tril(ones) & queries,
+        "padding on both": np.tril(ones) & keys & queries,
+        "no causal part": np.broadcast_to(keys, (batch, length, length)),
+        "padding assumed at the end": np.tril(ones) & (np.arange(length) < real.sum(axis=1)[:, None])[:, None, :],
+    }
+
+
+_MASK_HINTS = {
+    "inverted": (
+        "that is the right pattern with True and False swapped, as if True meant blocked: the convention of "
+        "nn.MultiheadAttention's attn_mask and key_padding_mask. The course's keep-masks, like "
+        "scaled_dot_product_attention's, mean True = may attend: drop the ~ (or the == False)."
+    ),
+    "diagonal too high": (
+        "each query also sees the key just after it: the diagonal is one too high. tril(diagonal=k) keeps j <= i + k, "
+        "and causal attention keeps j <= i: diagonal=0, the default."
+    ),
+    "diagonal too low": (
+        "each query misses its own key: the diagonal is one too low. A token may attend to itself, so causal attention "
+        "keeps j <= i: tril with diagonal=0, the default."
+    ),
+    "upper triangle": (
+        "that keeps the keys at and after each query (j >= i), the future: torch.triu keeps the upper triangle; "
+        "causal attention keeps the lower one, torch.tril."
+    ),
+    "no padding": (
+        "the padding is missing: every query may still attend to the padded keys. Combine the triangle with the "
+        "real keys, real[:, None, :], using &."
+    ),
+    "padding on the queries": (
+        "that hides the padded queries (rows) instead of the padded keys (columns): real[:, :, None] lies along "
+        "the queries' axis; real[:, None, :] lies along the keys' axis, which is what the mask must hide."
+    ),
+    "padding on both": (
+        "that also hides the padded queries' rows: only the padded keys (columns) must be hidden, with "
+        "real[:, None, :]; a padded query may still attend to the real keys before it."
+    ),
+    "padding assumed at the end": (
+        "your mask is right when the padding is at the end, but not when it is at the start: build it from real "
+        "itself, real[:, None, :], rather than from lengths counted out of it."
+    ),
+    "no causal part": (
+        "the causal part is missing: query i may attend to keys after it. Combine the padding with the lower "
+        "triangle, torch.tril, using &."
+    ),
+}
+
+
+def _first_mask_mistake(masks):
+    """The hint for the first mistake that every one of the learner's masks matches, or None."""
+    variants = [_mask_variants(real) for _, (real,) in _padded_calls()]
+    for name, hint in _MASK_HINTS.items():
+        if all(matches(mask.astype(bool), variant[name]) for mask, variant in zip(masks, variants, strict=True)):
+            return hint
+    return None
+
+
+@exercise(
+    "P.4",
+    Function("your mask function", calls=_padded_calls, returns=Array("the mask", kind="mask", meaning="True = may attend")),
+    solution=lambda: _causal_padded_keep_mask,
+    success="tril() keeps the keys at and before each query, real[:, None, :] keeps the real keys, and & keeps "
+    "what both allow: a (B, T, T) keep-mask, True = may attend.",
+)
+def _causal_padded(answer, expected):
+    masks = answer.outputs
+    calls = _padded_calls()
+    for mask, right, (label, _) in zip(masks, expected.outputs, calls, strict=True):
+        if mask.shape == right.shape[1:]:
+            return (
+                f"called {label}, your mask is {mask.shape}, one (T, T) mask for the whole batch; each sequence has its "
+                "own padding, so the mask is (B, T, T): combine the (T, T) triangle with real[:, None, :], (B, 1, T)."
+            )
+        if mask.shape != right.shape:
+            return f"called {label}, your mask has shape {mask.shape}, but it should be (B, T, T) = {right.shape}."
+    hint = _first_mask_mistake(masks)
+    if hint is not None:
+        return hint
+    for mask, right, (label, _) in zip(masks, expected.outputs, calls, strict=True):
+        problem = compare(mask.astype(bool), right, "your mask")
+        if problem is not None:
+            return f"called {label}, {problem}"
+    if any(mask.dtype != bool for mask in masks):
+        kind = next(mask.dtype for mask in masks if mask.dtype != bool)
+        return f"the pattern is right, but your mask holds {kind} numbers; attention functions want dtype=bool."
+    return None

@@ -125,6 +125,8 @@ def _function_forms(solution, returns):
         return as_tensor(plain(solution(*arguments))).double()
 
     forms = {"the solution": solution, "outputs as NumPy": as_numpy, "outputs as lists": as_list, "outputs as floats": as_float}
+    if returns.kind == "mask":  # a float mask is refused, as it is for an array answer
+        del forms["outputs as floats"]
     return {name: sharing_globals(form, solution) if form is not solution else form for name, form in forms.items()}
 
 

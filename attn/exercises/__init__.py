@@ -5,7 +5,7 @@ outputs) or a sentence saying what is wrong with it; ``registry`` holds the exer
 ``check``; each lesson's module registers that lesson's exercises when it is imported, with
 only the exercise's own logic and its hints for common mistakes. To add a lesson's
 exercises, write ``lessonNN.py`` and add it to the import below (the PyTorch primer's are in
-``primer.py``, with ids "P.1", "P.2").
+``primer.py``, with ids "P.1" to "P.4").
 """
 
 from attn.exercises import (  # noqa: F401

@@ -8,7 +8,7 @@ from attn.exercises.answers import AnswerError, normalise, show
 
 EXERCISES = {}  # exercise id, such as "1.2" -> Exercise
 
-# Chapters without a lesson number, placed by where they are read: the PyTorch primer ("P.1", "P.2")
+# Chapters without a lesson number, placed by where they are read: the PyTorch primer ("P.1" to "P.4")
 # comes between lessons 5 and 6.
 INTERLUDES = {"P": 5.5}
 ID_PATTERN = re.compile(rf"(\d+|{'|'.join(INTERLUDES)})\.\d+")
@@ -42,7 +42,7 @@ def exercise(exercise_id, expects, solution, success):
 
 
 def exercise_ids():
-    """The registered ids in reading order: 1.1, 1.2, ..., 5.3, P.1, P.2, 6.1, ..., 10.1."""
+    """The registered ids in reading order: 1.1, 1.2, ..., 5.3, P.1, ..., P.4, 6.1, ..., 11.4."""
     return sorted(EXERCISES, key=_reading_order)
 
 

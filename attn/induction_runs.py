@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
+from attn.destinations import folder_problem
 from attn.induction import (
     TEST_SEED,
     AttentionOnlyTransformer,
     _check_int,
     _check_seed,
-    _output_folder,
     head_scores,
     make_repeat_data,
     phase_change_step,
@@ -97,6 +97,16 @@ def run_all(out, seeds=RUN_SEEDS, steps=RUN_STEPS, every=CHECKPOINT_EVERY):
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / RUNS_NAME).write_text(json.dumps(record, separators=(",", ":")) + "\n")
     return record
+
+
+def _output_folder(text):
+    """--out: a folder that is there, or can be made, and can be written in; checked before training starts."""
+    problem = folder_problem(text)
+    if problem is None and (Path(text) / RUNS_NAME).is_dir():
+        problem = f"{Path(text) / RUNS_NAME} is a folder, so the file of that name cannot be written; move it away"
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
 
 
 def main(argv=None):

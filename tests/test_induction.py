@@ -737,6 +737,10 @@ def test_the_runs_command_refuses_an_output_that_is_a_file(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(blocker)])
     assert "is a file" in capsys.readouterr().err
+    (tmp_path / "runs" / RUNS_NAME).mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "runs")])
+    assert f"{RUNS_NAME} is a folder" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,11 +4,12 @@ The task: random tokens in which a block of L tokens is immediately repeated. On
 nothing beyond chance can be predicted; on the second, every next token can be looked up: find
 where the current token occurred before and copy the token that followed it. A two-layer
 attention-only model learns that lookup from next-token prediction alone (Elhage et al. 2021;
-Olsson et al. 2022) with a *previous-token head* in layer 1 and an *induction head* in layer 2.
+Olsson et al. 2022) with a *previous-token head* in layer 0 and an *induction head* in layer 1
+(layers and heads are counted from 0 everywhere, in the code and in the lesson).
 
 Where the learned position embeddings enter decides which circuit the model can find. Added to
-the residual stream (``positions="residual"``), layer 1 can copy the *position* of an earlier
-copy of the current token and layer 2 can attend one position further on: the "pointer
+the residual stream (``positions="residual"``), layer 0 can copy the *position* of an earlier
+copy of the current token and layer 1 can attend one position further on: the "pointer
 arithmetic" route Elhage et al. describe in GPT-2, which small models here find first. Added only
 to the inputs of the queries and keys (``positions="query_key"``, the default, like the models
 Elhage et al. study), positions never reach the values, so that route is closed and the model
@@ -291,13 +292,17 @@ def next_token_losses(logits, tokens):
 
 
 def train(model, steps=STEPS, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE, seed=SEED, length=MAX_LENGTH,
-          block_lengths=TRAIN_BLOCK_LENGTHS):
+          block_lengths=TRAIN_BLOCK_LENGTHS, on_step=None):
     """Adam on next-token cross-entropy over every position, fresh seeded data at each step.
 
     The model is never told where the repeat is: its loss covers all T - 1 predictions. Returns
-    a ``TrainingLog`` of the loss of every step, overall and on each copy.
+    a ``TrainingLog`` of the loss of every step, overall and on each copy. ``on_step(step, model)``,
+    if given, is called after each update (step counted from 1), for example to measure the heads
+    as they form (``attn.induction_runs``); it must not change the model.
     """
     _check_model(model)
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be a function of (step, model) or None, got {type(on_step).__name__}")
     steps = _check_int("steps", steps, minimum=1)
     batch_size = _check_int("batch_size", batch_size, minimum=1)
     learning_rate = _check_positive_float("learning_rate", learning_rate)
@@ -310,7 +315,7 @@ def train(model, steps=STEPS, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     log = TrainingLog()
     model.train()
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         data = _draw_repeat_data(generator, batch_size, length, block_lengths, model.vocab_size, None)
         losses = next_token_losses(model(data.tokens), data.tokens)  # (B, T - 1)
         loss = losses.mean()
@@ -320,6 +325,8 @@ def train(model, steps=STEPS, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE
         log.losses.append(loss.item())
         log.first_copy_losses.append(losses[data.first_copy].mean().item())
         log.second_copy_losses.append(losses[data.second_copy].mean().item())
+        if on_step is not None:
+            on_step(step, model)
     model.eval()
     return log
 
@@ -523,6 +530,72 @@ def ablate_head(model, layer, head):
     finally:
         with torch.no_grad():
             weight[:, columns] = saved
+
+
+PATH_INPUTS = ("query", "key", "value")
+
+
+def _head_output(model, layer, head, inputs):
+    """inputs (B, T, E), what layer ``layer`` reads -> (B, T, E): what head ``head`` adds to the residual stream.
+
+    Measured as the layer's output minus its output with that head ablated (so the out_proj bias,
+    which belongs to no head, cancels). For positions="query_key" models without layer norm.
+    """
+    attention = model.layers[layer]
+    length = inputs.shape[1]
+    seen = inputs + model.position_embedding.weight[:length]  # (B, T, E): positions reach queries, keys
+    mask = causal_keep_mask(length, inputs.device)
+    full = attention(seen, seen, inputs, mask=mask)
+    with ablate_head(model, layer, head):
+        without = attention(seen, seen, inputs, mask=mask)
+    return full - without
+
+
+def _check_path(model, source, target_layer, inputs):
+    _check_model(model)
+    if model.positions != "query_key" or model.norms is not None:
+        raise ValueError('forward_without_path needs a model with positions="query_key" and no layer norm')
+    if not isinstance(source, tuple | list) or len(source) != 2:
+        raise TypeError(f"source must be a (layer, head) pair, got {source!r:.60}")
+    layer = _check_int("the source layer", source[0], minimum=0, maximum=model.num_layers - 1)
+    head = _check_int("the source head", source[1], minimum=0, maximum=model.num_heads - 1)
+    if layer == model.num_layers - 1:
+        raise ValueError(f"the source layer {layer} is the last layer: no later layer reads its heads")
+    target_layer = _check_int("target_layer", target_layer, minimum=layer + 1, maximum=model.num_layers - 1)
+    if isinstance(inputs, str) or not isinstance(inputs, tuple | list) or not set(inputs) <= set(PATH_INPUTS):
+        raise ValueError(f"inputs must be a tuple of names among {PATH_INPUTS}, got {inputs!r:.60}")
+    return (layer, head), target_layer, tuple(inputs)
+
+
+@torch.no_grad()
+def forward_without_path(model, tokens, source, target_layer, inputs):
+    """The forward pass with head source = (layer, head) removed from
+    some inputs ("query", "key", "value") of one later layer only.
+
+    Every other reader of the residual stream still sees that head.
+    Returns logits (B, T, V) and each layer's weights (B, H, T, T).
+    """
+    source, target_layer, inputs = _check_path(model, source, target_layer,
+                                               inputs)
+    tokens = _check_tokens(tokens, model.vocab_size, model.max_length)
+    length = tokens.shape[1]
+    where = model.position_embedding.weight[:length]  # (T, E)
+    keep_mask = causal_keep_mask(length, tokens.device)  # (T, T)
+    x = model.token_embedding(tokens)  # (B, T, E): the residual stream
+    every_weights = []
+    for index, layer in enumerate(model.layers):
+        if index == source[0]:
+            from_source = _head_output(model, *source, x)  # (B, T, E)
+        read = {name: x for name in PATH_INPUTS}  # what each input reads
+        if index == target_layer:
+            for name in inputs:
+                read[name] = x - from_source  # the stream without it
+        out, weights = layer(read["query"] + where, read["key"] + where,
+                             read["value"], mask=keep_mask,
+                             need_weights=True)  # (B, T, E), (B, H, T, T)
+        every_weights.append(weights)
+        x = x + out  # the next layer and the readout see everything
+    return model.unembedding(x), every_weights
 
 
 def ablation_accuracies(model, data):

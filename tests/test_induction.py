@@ -1,6 +1,7 @@
 """Lesson 10's task, model and measurements: the data is what it says, the model is causal, the
 scores and the ablation give known answers on hand-built patterns, and training finds the heads."""
 
+import inspect
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from attn.induction import (
     ablation_accuracies,
     copy_metrics,
     duplicate_token_scores,
+    forward_without_path,
     head_scores,
     induction_scores,
     load_trained,
@@ -35,6 +37,7 @@ from attn.induction import (
     weights_by_distance,
     weights_path,
 )
+from attn.induction_runs import CHECKPOINT_EVERY, RUN_SEEDS, RUNS_NAME, run_with_checkpoints
 
 MODELS = Path(__file__).resolve().parent.parent / "lessons" / "models"
 
@@ -636,3 +639,204 @@ def test_retraining_with_the_same_seed_reproduces_the_shipped_two_layer_model():
     if steps == record["settings"]["steps"]:
         for name in ("first_copy_accuracy", "second_copy_accuracy"):
             assert measured[name] == pytest.approx(logged["test_metrics"][name], abs=0.03), name
+
+
+# ---------------------------------------------------------------------------------------------
+# Training's on_step hook, and the runs with checkpoints: python -m attn.induction_runs --out lessons/models
+
+
+def test_on_step_is_called_after_every_update_and_changes_nothing():
+    seen = []
+    model = small_model()
+    log = train(model, steps=4, batch_size=4, length=16, block_lengths=(4,), on_step=lambda step, m: seen.append(step))
+    assert seen == [1, 2, 3, 4]
+    again = small_model()
+    assert train(again, steps=4, batch_size=4, length=16, block_lengths=(4,)).losses == log.losses
+
+
+@pytest.mark.parametrize("on_step", ["print", 3, [print]])
+def test_train_refuses_an_on_step_that_is_not_a_function(on_step):
+    with pytest.raises(TypeError, match="on_step must be a function"):
+        train(small_model(), steps=1, on_step=on_step)
+
+
+def test_an_error_inside_on_step_reaches_the_caller():
+    def broken(step, model):
+        raise RuntimeError("measurement failed")
+
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        train(small_model(), steps=2, batch_size=2, length=16, block_lengths=(4,), on_step=broken)
+
+
+def runs_record():
+    return json.loads((MODELS / RUNS_NAME).read_text())
+
+
+def test_the_shipped_runs_hold_what_the_lesson_reads():
+    record = runs_record()
+    assert [run["seed"] for run in record["runs"]] == list(RUN_SEEDS)
+    for run in record["runs"]:
+        checkpoints = run["checkpoints"]
+        assert checkpoints["step"] == list(range(0, record["steps"] + 1, record["checkpoint_every"]))
+        assert len(run["second_copy_losses"]) == record["steps"]
+        assert run["drop_step"] == phase_change_step(run["second_copy_losses"]), "the drop re-derived from the losses"
+        final_previous = max(checkpoints["previous_token"][-1][0])  # layer 0's best head
+        final_induction = max(checkpoints["induction"][-1][1])  # layer 1's best head
+        assert final_previous > 0.6 and final_induction > 0.85, "the heads have formed by the end"
+    assert [run["drop_step"] for run in record["runs"]] == [857, 869, 1266], "the steps the lesson states"
+
+
+def test_seed_0_of_the_runs_is_the_shipped_model_training():
+    seed_0 = runs_record()["runs"][0]["second_copy_losses"]
+    logged = shipped_record()["models"]["2"]["second_copy_losses"][:len(seed_0)]
+    assert seed_0 == pytest.approx(logged, abs=1e-3)
+
+
+def test_the_heads_rise_at_the_drop_in_every_run():
+    """Each run's two heads pass 0.5 within 150 steps of the step where its loss halved, and not long before."""
+    for run in runs_record()["runs"]:
+        steps = run["checkpoints"]["step"]
+        for name, layer in (("previous_token", 0), ("induction", 1)):
+            scores = [max(scores[layer]) for scores in run["checkpoints"][name]]
+            first = next(step for step, score in zip(steps, scores, strict=True) if score > 0.5)
+            assert abs(first - run["drop_step"]) <= 150, (run["seed"], name, first)
+
+
+def test_a_prefix_of_seed_0_run_is_re_derived():
+    """The first 100 steps of seed 0 again: the same losses and the same scores at the checkpoints (a few seconds)."""
+    steps = 100
+    run = run_with_checkpoints(0, steps=steps, every=CHECKPOINT_EVERY)
+    shipped = runs_record()["runs"][0]
+    assert run["second_copy_losses"] == pytest.approx(shipped["second_copy_losses"][:steps], abs=1e-3)
+    count = steps // CHECKPOINT_EVERY + 1
+    assert run["checkpoints"]["step"] == shipped["checkpoints"]["step"][:count]
+    for name in ("previous_token", "induction"):
+        got, logged = torch.tensor(run["checkpoints"][name]), torch.tensor(shipped["checkpoints"][name][:count])
+        torch.testing.assert_close(got, logged, atol=2e-3, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"seed": "0"}, TypeError, "seed must be an integer"),
+        ({"seed": 0, "steps": 0}, ValueError, "steps must be at least 1"),
+        ({"seed": 0, "steps": 10, "every": 0}, ValueError, "every must be at least 1"),
+        ({"seed": 0, "steps": 1.5}, TypeError, "steps must be an integer"),
+    ],
+)
+def test_run_with_checkpoints_refuses_bad_arguments(arguments, error, message):
+    with pytest.raises(error, match=message):
+        run_with_checkpoints(**arguments)
+
+
+def test_the_runs_command_refuses_an_output_that_is_a_file(tmp_path, capsys):
+    from attn.induction_runs import main
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit):
+        main(["--out", str(blocker)])
+    assert "is a file" in capsys.readouterr().err
+    (tmp_path / "runs" / RUNS_NAME).mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "runs")])
+    assert f"{RUNS_NAME} is a folder" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Path ablation: one head taken out of some inputs of one later layer
+
+
+def test_nothing_taken_out_is_the_plain_forward_pass():
+    model = small_model()
+    tokens = make_repeat_data(5, length=16, block_lengths=5, vocab_size=20, seed=2).tokens
+    logits, weights = forward_without_path(model, tokens, (0, 1), 1, ())
+    with torch.no_grad():
+        expected_logits, expected_weights = model(tokens, need_weights=True)
+    torch.testing.assert_close(logits, expected_logits)
+    for got, expected in zip(weights, expected_weights, strict=True):
+        torch.testing.assert_close(got, expected)
+
+
+def test_out_of_every_input_the_later_layer_sees_the_ablated_stream():
+    """Out of all three inputs, layer 1 computes what it computes with the head ablated; the readout still sees it."""
+    model = small_model()
+    tokens = make_repeat_data(5, length=16, block_lengths=5, vocab_size=20, seed=3).tokens
+    logits, weights = forward_without_path(model, tokens, (0, 0), 1, ("query", "key", "value"))
+    with ablate_head(model, 0, 0), torch.no_grad():
+        ablated_logits, ablated_weights = model(tokens, need_weights=True)
+    torch.testing.assert_close(weights[1], ablated_weights[1])
+    torch.testing.assert_close(weights[0], ablated_weights[0], msg="the source layer's own weights do not change")
+    assert not torch.allclose(logits, ablated_logits, atol=1e-4), "the readout still reads the head directly"
+
+
+def test_only_queries_and_keys_move_the_weights():
+    model = small_model()
+    tokens = make_repeat_data(5, length=16, block_lengths=5, vocab_size=20, seed=4).tokens
+    with torch.no_grad():
+        _, full = model(tokens, need_weights=True)
+    _, value_only = forward_without_path(model, tokens, (0, 0), 1, ("value",))
+    _, key_only = forward_without_path(model, tokens, (0, 0), 1, ["key"])
+    torch.testing.assert_close(value_only[1], full[1])
+    assert not torch.allclose(key_only[1], full[1], atol=1e-4)
+
+
+def test_the_shipped_model_composes_through_the_keys():
+    """The lesson's measurements: previous-token head out of layer 1's keys breaks the lookup, out of its queries or
+    values it does not; the duplicate-token head out of layer 1's queries lowers the induction score; keeping only
+    the two named heads leaves about 0.80."""
+    model = load_trained(MODELS, 2)
+    data = make_repeat_data(500, seed=TEST_SEED)
+    queries = torch.nn.functional.pad(data.second_copy, (1, 0))
+
+    def measured(source, inputs):
+        logits, weights = forward_without_path(model, data.tokens, source, 1, inputs)
+        right = (logits[:, :-1].argmax(dim=-1) == data.tokens[:, 1:])[data.second_copy].float().mean().item()
+        return right, induction_scores(weights[1], data.tokens, queries)[1].item()
+
+    intact = copy_metrics(model, data)["second_copy_accuracy"]
+    assert measured((0, 0), ("key",))[0] < 0.05
+    assert measured((0, 0), ("query",))[0] == pytest.approx(intact, abs=0.01)
+    assert measured((0, 0), ("value",))[0] == pytest.approx(intact, abs=0.01)
+    assert 0.6 < measured((0, 1), ("query",))[1] < 0.8
+    with ablate_head(model, 0, 1), ablate_head(model, 1, 0):
+        only_two = copy_metrics(model, data)["second_copy_accuracy"]
+    assert 0.75 < only_two < 0.85 < intact
+
+
+@pytest.mark.parametrize(
+    ("source", "target_layer", "inputs", "error", "message"),
+    [
+        (0, 1, ("key",), TypeError, "source must be a \\(layer, head\\) pair"),
+        ((0,), 1, ("key",), TypeError, "source must be a \\(layer, head\\) pair"),
+        ((0, 2), 1, ("key",), ValueError, "source head must be at most 1"),
+        ((1, 0), 1, ("key",), ValueError, "is the last layer"),
+        ((0, "0"), 1, ("key",), TypeError, "source head must be an integer"),
+        ((0, 0), 0, ("key",), ValueError, "target_layer must be at least 1"),
+        ((0, 0), 2, ("key",), ValueError, "target_layer must be at most 1"),
+        ((0, 0), 1, "key", ValueError, "inputs must be a tuple of names"),
+        ((0, 0), 1, ("keys",), ValueError, "inputs must be a tuple of names"),
+        ((0, 0), 1, None, ValueError, "inputs must be a tuple of names"),
+    ],
+)
+def test_forward_without_path_refuses_bad_arguments(source, target_layer, inputs, error, message):
+    tokens = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(error, match=message):
+        forward_without_path(small_model(), tokens, source, target_layer, inputs)
+
+
+def test_forward_without_path_refuses_other_models_and_bad_tokens():
+    tokens = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(TypeError, match="must be an AttentionOnlyTransformer"):
+        forward_without_path(torch.nn.Linear(2, 2), tokens, (0, 0), 1, ("key",))
+    with pytest.raises(ValueError, match="no layer norm"):
+        forward_without_path(small_model(positions="residual"), tokens, (0, 0), 1, ("key",))
+    with pytest.raises(ValueError, match="no layer norm"):
+        forward_without_path(small_model(layer_norm=True), tokens, (0, 0), 1, ("key",))
+    with pytest.raises(TypeError, match="integer token ids"):
+        forward_without_path(small_model(), tokens.float(), (0, 0), 1, ("key",))
+
+
+def test_forward_without_path_prints_within_the_column():
+    lines = inspect.getsource(forward_without_path).splitlines()
+    assert max(len(line) for line in lines) <= 78, "lesson 10 prints it"

@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 
 from attn import sinusoidal_positions
 from attn.decoder import Decoder, generate
-from attn.induction import make_repeat_data, previous_occurrence
+from attn.induction import (
+    duplicate_token_scores,
+    induction_scores,
+    make_repeat_data,
+    previous_occurrence,
+    previous_token_scores,
+)
 from tests.notebooks import ROOT, teaching_namespace
 
 
@@ -70,3 +76,51 @@ def test_the_lookup_dictionary_on_a_repeated_block(lesson10):
     assert guesses == package_guesses(data.tokens)
     assert [guesses[t] for t in range(8, 13)] == tokens[9:14], "every guess inside the second copy is right"
     assert all(guesses[t] is None for t in range(8)) and all(guesses[t] is None for t in range(14, 19))
+
+
+def random_weights(seed, batch, heads, length):
+    """(B, H, T, T) causal attention weights: each row a softmax over the keys up to the query."""
+    scores = torch.randn(batch, heads, length, length, generator=torch.Generator().manual_seed(seed))
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    return scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+
+
+@given(seed=st.integers(0, 10_000), batch=st.integers(1, 4), length=st.integers(2, 20), vocab_size=st.integers(1, 10),
+       keep=st.floats(0.2, 1.0))
+def test_the_lessons_scores_equal_the_package(lesson10, seed, batch, length, vocab_size, keep):
+    """Lesson 10's loop-and-index scores against attn.induction's, on random weights and tokens with repeats of any
+    kind (a token may occur many times: both take its most recent earlier occurrence) and random chosen queries."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = random_weights(seed, batch, 2, length)  # (B, H, T, T)
+    tokens = torch.randint(vocab_size, (batch, length), generator=generator)
+    chosen = torch.rand(batch, length, generator=generator) < keep  # (B, T) bool
+    found = lesson10["repeats"](tokens, chosen)
+    has_earlier = (previous_occurrence(tokens) >= 0) & chosen
+    for head in range(2):
+        head_weights = weights[:, head]  # (B, T, T)
+        torch.testing.assert_close(lesson10["previous_token_score"](head_weights), previous_token_scores(weights)[head])
+        if not has_earlier.any():
+            assert found.shape == (3, 0)
+            continue
+        torch.testing.assert_close(lesson10["induction_score"](head_weights, found),
+                                   induction_scores(weights, tokens, chosen)[head])
+        torch.testing.assert_close(lesson10["duplicate_token_score"](head_weights, found),
+                                   duplicate_token_scores(weights, tokens, chosen)[head])
+
+
+def test_the_lessons_scores_on_known_patterns(lesson10):
+    """A head that looks one back scores 1 as a previous-token head; one that looks after the earlier copy scores 1
+    as an induction head and 0 as a duplicate-token head, and the other way round."""
+    data = make_repeat_data(3, length=16, block_lengths=5, block_start=2, vocab_size=20, seed=7)
+    chosen = torch.nn.functional.pad(data.second_copy, (1, 0))  # (N, T): the queries of the second copy
+    found = lesson10["repeats"](data.tokens, chosen)
+    assert found.shape == (3, 3 * 4), "four queries per second copy have an earlier occurrence"
+    one_back = torch.zeros(3, 16, 16)
+    one_back[:, 0, 0] = 1
+    one_back[:, torch.arange(1, 16), torch.arange(0, 15)] = 1
+    assert lesson10["previous_token_score"](one_back).item() == 1.0
+    after_copy = torch.zeros(3, 16, 16)
+    sequences, queries, earlier = found
+    after_copy[sequences, queries, earlier + 1] = 1
+    assert lesson10["induction_score"](after_copy, found).item() == 1.0
+    assert lesson10["duplicate_token_score"](after_copy, found).item() == 0.0

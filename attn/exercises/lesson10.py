@@ -54,7 +54,8 @@ def single_repeat_sequence():
 
 @functools.cache
 def _induction_score_without_previous_token_head():
-    """Layer 2's induction head's score on the second copy with layer 1's previous-token head zeroed, measured."""
+    """Layer 1's induction head's score on the second copy with layer 0's previous-token head zeroed, measured
+    (layers counted from 0, as the code and the lesson count them)."""
     from attn.induction import TEST_SEED, ablate_head, head_scores, make_repeat_data
 
     model = _trained_two_layer_model()
@@ -151,7 +152,7 @@ def _without_the_previous_token_head(option, expected):
     if option == HALVED:
         return (
             "the previous-token head is the only head that writes the token before each position; "
-            "the other layer-1 head looks at earlier copies of the current token, which does not say what came before."
+            "the other layer-0 head looks at earlier copies of the current token, which does not say what came before."
         )
     return "look again at the score table and the ablation table above."
 

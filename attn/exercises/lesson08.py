@@ -37,7 +37,7 @@ def _plain_score():
     return (q @ k.T).item()
 
 
-def layer_norm_last(values=NORMALISED, unbiased=False, centred=True, root=True, eps=1e-5):
+def _layer_norm_last(values=NORMALISED, unbiased=False, centred=True, root=True, eps=1e-5):
     """The last entry of nn.LayerNorm(len(values)) at initialisation (scale 1, shift 0), by hand.
 
     The keywords make the common mistakes: ``unbiased`` divides the squared deviations by n - 1,
@@ -94,23 +94,23 @@ def _rotary_prediction(score, expected):
 )
 def _layer_norm_entry(entry, expected):
     values = NORMALISED
-    if matches(entry, layer_norm_last(unbiased=True)):
+    if matches(entry, _layer_norm_last(unbiased=True)):
         return (
             "you divided the squared deviations by n - 1 = 3 (the unbiased estimator, the default of "
             "torch.var); LayerNorm divides by n = 4."
         )
-    if matches(entry, layer_norm_last(centred=False)):
+    if matches(entry, _layer_norm_last(centred=False)):
         return "you divided the entry itself; subtract the mean from it first, then divide."
     if matches(entry, values[-1] / (sum(value**2 for value in values) / len(values)) ** 0.5):
         return (
             "that divides the entry by the root of the mean of the squares, without subtracting the mean "
             "first; LayerNorm centres the token before it measures its spread."
         )
-    if matches(entry, layer_norm_last(root=False)):
+    if matches(entry, _layer_norm_last(root=False)):
         return "you divided by the variance; divide by its square root, the standard deviation."
     if matches(entry, values[-1] - sum(values) / len(values)):
         return "you subtracted the mean but did not divide by the standard deviation."
-    if matches(entry, layer_norm_last(values=values[::-1])):
+    if matches(entry, _layer_norm_last(values=values[::-1])):
         return "that is the first entry's value; the exercise asks for the last one, the 6."
     return compare_without_answer(entry, expected, "your last entry")
 

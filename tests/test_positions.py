@@ -159,8 +159,10 @@ def test_rotary_refuses_bad_arguments(kwargs, error, expected):
 
 def rotary_scores(q, k, distances, start=0):
     """q . k with k at ``start`` and q at start + distance, for each distance (lesson 8's curves)."""
-    rotated_k = apply_rotary(k, positions=torch.tensor([start]))
-    return np.array([(apply_rotary(q, positions=torch.tensor([start + d])) @ rotated_k.T).item() for d in distances])
+    positions = start + torch.tensor(list(distances))  # (N,)
+    rotated_k = apply_rotary(k, positions=torch.tensor([start]))  # (1, d)
+    rotated_q = apply_rotary(q.repeat(len(positions), 1), positions=positions)  # (N, d)
+    return (rotated_q @ rotated_k.T)[:, 0].numpy()
 
 
 @given(st.integers(1, 32), st.integers(0, 2**16), st.integers(0, 500))
@@ -182,3 +184,7 @@ def test_lesson_8s_measured_near_and_far():
     assert same.argmax() == 0 and same[-1] < same[0] / 3
     assert 0 < (np.diff(same) > 0).sum() < 32, "a trend with bumps, not a monotone fall"
     assert different.argmax() == 57 and different[57] > different[0] + 10
+    far = rotary_scores(vector, vector, range(4096))
+    means = [far[low:high].mean() for low, high in ((0, 64), (64, 256), (256, 1024), (1024, 4096))]
+    assert means == sorted(means, reverse=True), "on average the score falls, window after window"
+    assert far[1024:].max() > 2 * far[64], "but single far distances still beat nearer ones"

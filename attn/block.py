@@ -18,8 +18,10 @@ class TransformerBlock(nn.Module):
     The attention is attn.MultiHeadAttention(E, num_heads, dropout=dropout,
     num_kv_heads=num_kv_heads).
     forward(x (B, T, E), mask=None, key_padding_mask=None, is_causal=False,
-    cache=None) -> (B, T, E); the masks and the cache mean what they mean for
-    MultiHeadAttention (one KVCache per block).
+    cache=None) -> (B, T, E); the masks mean what they mean for
+    MultiHeadAttention. num_kv_heads and cache belong to lesson 9 (grouped
+    heads and the KV cache, one KVCache per block); with their default, None,
+    the block is exactly the two lines above.
     """
 
     def __init__(

@@ -39,8 +39,9 @@ def sinusoidal_positions(length, dim):
 def apply_rotary(x, positions=None, base=10000.0):
     """Rotary position embedding: ``x`` (..., T, d) rotated pair by pair, same shape and dtype.
 
-    Pairing: neighbouring features (2i, 2i + 1) form pair i, as in the RoFormer paper (some code,
-    e.g. GPT-NeoX, pairs feature i with i + d/2 instead: same idea, different layout). At position p,
+    Pairing: neighbouring features (2i, 2i + 1) form pair i, as in the RoFormer paper. The code of
+    GPT-NeoX, and the Llama and Qwen implementations, pair feature i with i + d/2 instead (their helper
+    is called rotate_half): the same rotation once the features are permuted (lesson 8). At position p,
     pair i turns by the angle p * base^(-2i / d). Apply it to queries and keys (not values): then
     q_m . k_n depends on m - n only. positions: a tensor of shape (T,), or broadcastable to
     x.shape[:-1] with last axis T, default arange(T); with a KV cache pass arange(T) + len(cache).

@@ -157,3 +157,33 @@ def test_bad_input_names_x():
         block(torch.empty(2, 3, 8, device="meta"))
     with pytest.raises(TypeError, match=r"key_padding_mask must be boolean \(True = real token\)"):
         block(x, key_padding_mask=torch.ones(2, 3))
+
+
+def test_without_lesson_9s_arguments_the_block_is_the_two_lines_of_its_formula():
+    """Lesson 8 prints the class and tells the reader to ignore num_kv_heads and cache: left at None,
+    forward is x + attention(LN1(x)), then x + MLP(LN2(x)), with the lesson's own LayerNorm."""
+    torch.manual_seed(3)
+    block = TransformerBlock(16, 4, dropout=0.1).eval()
+    x = torch.randn(2, 5, 16, dtype=torch.float32)
+
+    def layer_norm(h, norm):
+        mean = h.mean(dim=-1, keepdim=True)
+        variance = ((h - mean) ** 2).mean(dim=-1, keepdim=True)
+        return (h - mean) / torch.sqrt(variance + norm.eps) * norm.weight + norm.bias
+
+    with torch.no_grad():
+        normed = layer_norm(x, block.norm1)
+        h = x + block.attention(normed, normed, normed)
+        by_hand = h + block.mlp[3](block.mlp[1](block.mlp[0](layer_norm(h, block.norm2))))
+        torch.testing.assert_close(block(x), by_hand, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(block(x, cache=None), block(x), rtol=0, atol=0)
+    assert TransformerBlock(16, 4, num_kv_heads=None).attention.num_kv_heads == 4
+
+
+def test_the_printed_class_says_its_cache_arguments_are_lesson_9s():
+    import inspect
+
+    source = inspect.getsource(TransformerBlock)
+    docstring = TransformerBlock.__doc__
+    assert "cache" in source and "num_kv_heads" in source
+    assert "num_kv_heads and cache belong to lesson 9" in " ".join(docstring.split())

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attn import KVCache, MultiHeadAttention, TransformerBlock, apply_rotary
+from attn import KVCache, TransformerBlock, apply_rotary
 from attn.exercises import lesson10, verdict
 from attn.exercises.lesson08 import rotary_score
 from attn.exercises.lesson09 import decode_with_cache
@@ -38,15 +38,22 @@ def test_rotary_prediction():
     assert "at least 5 significant digits" in not_yet("8.1", 0.9256)
 
 
-def test_cross_attention_weights_shape():
-    queries, keys = torch.randn(2, 3, 16), torch.randn(2, 11, 16)
+def test_layer_norm_by_hand():
+    token = torch.tensor([1.0, 2.0, 3.0, 6.0])
     with torch.no_grad():
-        _, weights = MultiHeadAttention(16, 4)(queries, keys, keys, need_weights=True)
-    assert "(2, 4, 3, 11)" in correct("8.2", tuple(weights.shape))
-    assert "rows are queries" in not_yet("8.2", (2, 4, 11, 3))
-    assert "leaves out the heads" in not_yet("8.2", (2, 3, 11))
-    assert "shape of the output" in not_yet("8.2", (2, 3, 16))
-    assert "not square" in not_yet("8.2", (2, 4, 11, 11))
+        expected = torch.nn.LayerNorm(4)(token)[-1].item()
+    assert "variance (14 / 4" in correct("8.2", expected)
+    assert "variance (14 / 4" in correct("8.2", 1.60357), "5 significant digits are enough"
+    assert "variance (14 / 4" in correct("8.2", 3 / 3.5**0.5), "eps may be left out by hand"
+    assert "n - 1 = 3" in not_yet("8.2", 3 / (14 / 3) ** 0.5)  # torch.var's default
+    assert "subtract the mean from it first" in not_yet("8.2", 6 / 3.5**0.5)
+    assert "without subtracting the mean" in not_yet("8.2", 6 / 12.5**0.5)  # the root of the mean of the squares
+    assert "its square root" in not_yet("8.2", 3 / 3.5)
+    assert "did not divide by the standard deviation" in not_yet("8.2", 3.0)
+    assert "the first entry's value" in not_yet("8.2", -2 / 3.5**0.5)
+    assert "too large, by about 6%" in not_yet("8.2", 1.7)
+    for wrong in (1.7, 1.5, 3 / (14 / 3) ** 0.5, -expected, 1.6):
+        assert "1.60" not in not_yet("8.2", wrong), "the check never tells the value"
 
 
 def test_block_parameters():
@@ -149,7 +156,7 @@ def test_checks_leave_the_learners_random_numbers_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    for exercise_id, answer in (("8.2", (2, 4, 3, 11)), ("8.3", 49_984), ("9.3", decode_with_cache), ("8.1", 0.0)):
+    for exercise_id, answer in (("8.2", 1.6), ("8.3", 49_984), ("9.3", decode_with_cache), ("8.1", 0.0)):
         verdict(exercise_id, answer)
     assert torch.equal(torch.rand(3), expected)
 

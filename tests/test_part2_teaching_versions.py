@@ -6,7 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attn import sinusoidal_positions
+from attn import apply_rotary, sinusoidal_positions
 from attn.decoder import Decoder, generate
 from attn.induction import (
     duplicate_token_scores,
@@ -124,3 +124,75 @@ def test_the_lessons_scores_on_known_patterns(lesson10):
     after_copy[sequences, queries, earlier + 1] = 1
     assert lesson10["induction_score"](after_copy, found).item() == 1.0
     assert lesson10["duplicate_token_score"](after_copy, found).item() == 0.0
+
+
+# Lesson 8: rotary as a loop, the halves layout, LayerNorm and GELU by hand (issue 23).
+
+
+def complex_rotary(x, positions):
+    """An independent reference: pair i as the complex number x[2i] + j x[2i + 1], times e^(j p theta_i)."""
+    dim = x.shape[-1]
+    theta = 10000.0 ** (-np.arange(0, dim, 2) / dim)  # (d/2,)
+    pairs = x[:, 0::2] + 1j * x[:, 1::2]  # (T, d/2)
+    turned = pairs * np.exp(1j * np.asarray(positions, dtype=float)[:, None] * theta)
+    out = np.empty_like(x)
+    out[:, 0::2], out[:, 1::2] = turned.real, turned.imag
+    return out
+
+
+@given(st.integers(1, 5), st.integers(1, 6), st.integers(0, 10_000), st.integers(0, 3000))
+def test_rotary_loop_equals_apply_rotary(lesson8, length, half_dim, seed, first_position):
+    x = torch.randn(length, 2 * half_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    positions = torch.arange(length) * 7 + first_position  # (T,): any positions, not only 0, 1, 2, ...
+    looped = lesson8["rotary_loop"](x, positions)
+    torch.testing.assert_close(looped, apply_rotary(x, positions=positions), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(looped.numpy(), complex_rotary(x.numpy(), positions.numpy()), rtol=0, atol=1e-10)
+
+
+def test_rotary_loop_turns_one_pair_by_one_radian_per_position(lesson8):
+    x = torch.tensor([[1.0, 0.0]], dtype=torch.float64)  # d = 2: theta_0 = 1
+    turned = lesson8["rotary_loop"](x, [2])
+    torch.testing.assert_close(turned, torch.tensor([[np.cos(2.0), np.sin(2.0)]], dtype=torch.float64))
+
+
+@given(st.integers(1, 6), st.integers(1, 8), st.integers(0, 10_000))
+def test_rotary_halves_is_apply_rotary_up_to_a_reordering(lesson8, length, half, seed):
+    x = torch.randn(length, 2 * half, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    positions = torch.arange(length) + seed % 100
+    to_pairs = torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).flatten()  # 0, h, 1, h + 1, ...
+    halves = lesson8["rotary_halves"](x, positions)
+    torch.testing.assert_close(halves[:, to_pairs], apply_rotary(x[:, to_pairs], positions=positions), rtol=0, atol=1e-12)
+
+
+def test_the_two_rotary_layouts_differ_without_the_reordering(lesson8):
+    x = torch.randn(16, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    positions = torch.arange(16)
+    difference = (lesson8["rotary_halves"](x, positions) - apply_rotary(x, positions=positions)).abs().max()
+    assert difference > 1, "the layouts are different functions of the same input"
+    halves = lesson8["rotary_halves"](x, torch.zeros(16, dtype=torch.long))
+    torch.testing.assert_close(halves, x, rtol=0, atol=0)  # at position 0 nothing turns in either layout
+
+
+@given(st.integers(1, 4), st.integers(2, 24), st.integers(0, 10_000))
+def test_layer_norm_by_hand_equals_nn_layernorm(lesson8, tokens, embed, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x = 3 * torch.randn(tokens, embed, dtype=torch.float64, generator=generator) + 5
+    norm = torch.nn.LayerNorm(embed, dtype=torch.float64)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(embed, generator=generator))
+        norm.bias.copy_(torch.randn(embed, generator=generator))
+        torch.testing.assert_close(lesson8["layer_norm"](x, norm.weight, norm.bias), norm(x), rtol=0, atol=1e-12)
+
+
+def test_layer_norm_divides_by_e_and_keeps_a_constant_token_finite(lesson8):
+    token = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
+    assert lesson8["layer_norm"](token, 1.0, 0.0)[-1].item() == pytest.approx(3 / np.sqrt(3.5 + 1e-5), rel=1e-12)
+    constant = lesson8["layer_norm"](torch.full((5,), 7.0, dtype=torch.float64), 1.0, 0.5)
+    torch.testing.assert_close(constant, torch.full((5,), 0.5, dtype=torch.float64))  # eps: 0 / sqrt(eps), not 0 / 0
+
+
+def test_gelu_by_hand_equals_nn_gelu_both_forms(lesson8):
+    x = torch.linspace(-8, 8, 2001, dtype=torch.float64)
+    torch.testing.assert_close(lesson8["gelu"](x), torch.nn.GELU()(x), rtol=0, atol=1e-14)
+    torch.testing.assert_close(lesson8["gelu_tanh"](x), torch.nn.GELU(approximate="tanh")(x), rtol=0, atol=1e-14)
+    assert (lesson8["gelu_tanh"](x) - lesson8["gelu"](x)).abs().max() > 1e-5, "an approximation, not the same function"

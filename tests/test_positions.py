@@ -155,3 +155,36 @@ def test_rotary_refuses_bad_arguments(kwargs, error, expected):
     arguments = {"x": torch.zeros(2, 3, 4), **kwargs}
     with pytest.raises(error, match=expected):
         apply_rotary(**arguments)
+
+
+def rotary_scores(q, k, distances, start=0):
+    """q . k with k at ``start`` and q at start + distance, for each distance (lesson 8's curves)."""
+    positions = start + torch.tensor(list(distances))  # (N,)
+    rotated_k = apply_rotary(k, positions=torch.tensor([start]))  # (1, d)
+    rotated_q = apply_rotary(q.repeat(len(positions), 1), positions=positions)  # (N, d)
+    return (rotated_q @ rotated_k.T)[:, 0].numpy()
+
+
+@given(st.integers(1, 32), st.integers(0, 2**16), st.integers(0, 500))
+def test_a_vector_scores_highest_against_itself_at_distance_0(half_dim, seed, start):
+    """Lesson 8: for q = k, pair i adds |q_i|^2 cos(distance theta_i), so distance 0 is the top score."""
+    vector = torch.randn(1, 2 * half_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    scores = rotary_scores(vector, vector, range(0, 65), start)
+    assert scores[0] == pytest.approx((vector @ vector.T).item(), rel=1e-12)
+    assert scores.max() <= scores[0] + 1e-9
+
+
+def test_lesson_8s_measured_near_and_far():
+    """The lesson's d = 64 vectors: for q = k the score falls overall but not at every step; for q != k it
+    peaks far from distance 0."""
+    generator = torch.Generator().manual_seed(8)
+    torch.randn(2, 1, 8, dtype=torch.float64, generator=generator)  # the lesson's q and k come first
+    vector, other = (torch.randn(1, 64, dtype=torch.float64, generator=generator) for _ in range(2))
+    same, different = rotary_scores(vector, vector, range(65)), rotary_scores(vector, other, range(65))
+    assert same.argmax() == 0 and same[-1] < same[0] / 3
+    assert 0 < (np.diff(same) > 0).sum() < 32, "a trend with bumps, not a monotone fall"
+    assert different.argmax() == 57 and different[57] > different[0] + 10
+    far = rotary_scores(vector, vector, range(4096))
+    means = [far[low:high].mean() for low, high in ((0, 64), (64, 256), (256, 1024), (1024, 4096))]
+    assert means == sorted(means, reverse=True), "on average the score falls, window after window"
+    assert far[1024:].max() > 2 * far[64], "but single far distances still beat nearer ones"

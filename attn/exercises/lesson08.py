@@ -1,14 +1,14 @@
-"""Lesson 8's exercises: a rotary score predicted from the distance, cross-attention's weight shape, a block's size.
+"""Lesson 8's exercises: a rotary score predicted from the distance, a LayerNorm by hand, a block's size.
 
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
 
-from attn.exercises.answers import Number, Shape, compare_without_answer, matches
+from attn.exercises.answers import Number, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 HEAD_DIM, SEED = 8, 8  # the lesson's q and k: torch.randn(2, 1, 8, float64) from a generator seeded with 8
 ASKED = (20, 17)  # exercise 8.1: (query position, key position); the lesson prints the score at (5, 2)
-BATCH, T_Q, T_K, EMBED, HEADS = 2, 3, 11, 16, 4  # exercise 8.2's cross-attention
+NORMALISED = (1.0, 2.0, 3.0, 6.0)  # exercise 8.2: the token that nn.LayerNorm(4) normalises
 BLOCK_EMBED, BLOCK_HEADS = 64, 8  # exercise 8.3's TransformerBlock
 
 
@@ -37,16 +37,26 @@ def _plain_score():
     return (q @ k.T).item()
 
 
-def _weights_shape():
+def _layer_norm_last(values=NORMALISED, unbiased=False, centred=True, root=True, eps=1e-5):
+    """The last entry of nn.LayerNorm(len(values)) at initialisation (scale 1, shift 0), by hand.
+
+    The keywords make the common mistakes: ``unbiased`` divides the squared deviations by n - 1,
+    ``centred=False`` forgets to subtract the mean from the entry (not from the variance),
+    ``root=False`` divides by the variance instead of its square root.
+    """
+    n = len(values)
+    mean = sum(values) / n
+    variance = sum((value - mean) ** 2 for value in values) / (n - 1 if unbiased else n)
+    spread = (variance + eps) ** 0.5 if root else variance + eps
+    return ((values[-1] - mean) if centred else values[-1]) / spread
+
+
+def _layer_norm_by_torch():
     import torch
 
-    from attn.multihead import MultiHeadAttention
-
     with torch.random.fork_rng(devices=[]), torch.no_grad():  # the learner's random numbers are left alone
-        layer = MultiHeadAttention(EMBED, HEADS)
-        query, key = torch.zeros(BATCH, T_Q, EMBED), torch.zeros(BATCH, T_K, EMBED)
-        _, weights = layer(query, key, key, need_weights=True)
-    return tuple(weights.shape)
+        norm = torch.nn.LayerNorm(len(NORMALISED), dtype=torch.float64)
+        return norm(torch.tensor(NORMALISED, dtype=torch.float64))[-1].item()
 
 
 def _block_parameters():
@@ -75,22 +85,34 @@ def _rotary_prediction(score, expected):
 
 @exercise(
     "8.2",
-    Shape("your shape"),
-    solution=_weights_shape,
-    success="the weights are (B, H, T_q, T_k) = (2, 4, 3, 11): per head, one row per query and one column per key.",
+    Number("your last entry"),
+    solution=_layer_norm_by_torch,
+    success=(
+        "the mean is 3 and the variance (14 / 4, dividing by n = 4) is 3.5, so the last entry is "
+        "(6 - 3) / sqrt(3.5 + eps) = 1.60357 to 5 significant digits."
+    ),
 )
-def _cross_weights_shape(shape, expected):
-    if shape == (BATCH, HEADS, T_K, T_Q):
-        return "rows are queries and columns keys: (B, H, T_q, T_k), not (B, H, T_k, T_q)."
-    if shape == (BATCH, T_Q, T_K):
-        return "that leaves out the heads: each of the 4 heads has its own weights, (B, H, T_q, T_k)."
-    if shape == (BATCH, T_Q, EMBED):
-        return "that is the shape of the output, one row per query; the weights have one column per key."
-    if shape == (BATCH, HEADS, T_Q, T_Q) or shape == (BATCH, HEADS, T_K, T_K):
-        return "in cross-attention the weights are not square: T_q = 3 queries against T_k = 11 keys."
-    if shape != expected:
-        return f"{shape} is not it: the weights are (B, H, T_q, T_k)."
-    return None
+def _layer_norm_entry(entry, expected):
+    values = NORMALISED
+    if matches(entry, _layer_norm_last(unbiased=True)):
+        return (
+            "you divided the squared deviations by n - 1 = 3 (the unbiased estimator, the default of "
+            "torch.var); LayerNorm divides by n = 4."
+        )
+    if matches(entry, _layer_norm_last(centred=False)):
+        return "you divided the entry itself; subtract the mean from it first, then divide."
+    if matches(entry, values[-1] / (sum(value**2 for value in values) / len(values)) ** 0.5):
+        return (
+            "that divides the entry by the root of the mean of the squares, without subtracting the mean "
+            "first; LayerNorm centres the token before it measures its spread."
+        )
+    if matches(entry, _layer_norm_last(root=False)):
+        return "you divided by the variance; divide by its square root, the standard deviation."
+    if matches(entry, values[-1] - sum(values) / len(values)):
+        return "you subtracted the mean but did not divide by the standard deviation."
+    if matches(entry, _layer_norm_last(values=values[::-1])):
+        return "that is the first entry's value; the exercise asks for the last one, the 6."
+    return compare_without_answer(entry, expected, "your last entry")
 
 
 @exercise(

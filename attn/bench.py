@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -82,6 +83,10 @@ def median_seconds(function, device, warmup=3, repeats=10):
 def relative_spread(times):
     """The interquartile range of ``times`` over their median: 0.1 means the middle half of the
     runs lies within a band 10% of the median wide; 0 for a single run."""
+    if isinstance(times, (str, bytes)) or not hasattr(times, "__len__"):
+        raise TypeError(f"relative_spread needs a list of times in seconds, got {type(times).__name__}")
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0 for t in times):
+        raise ValueError(f"relative_spread needs times in seconds, each a finite number of 0 or more, got {list(times)!r:.80}")
     if len(times) < 2:
         return 0.0
     lower, _, upper = statistics.quantiles(times, n=4, method="inclusive")
@@ -199,6 +204,10 @@ def timing_caveats(result, recorded=None, spread_limit=SPREAD_LIMIT, slower_limi
     than ``spread_limit``; some rows are more than ``slower_limit`` times slower than the same case in
     ``recorded`` (a committed result from the same kind of device and dtype), as on a busy machine.
     """
+    for name, value in (("result", result), ("recorded", recorded)):
+        if not (value is None and name == "recorded") and not (isinstance(value, dict) and isinstance(value.get("rows"), list)):
+            raise TypeError(f"timing_caveats needs, as {name}, a benchmark result (the dictionary run_benchmark "
+                            f"returns, with its rows), got {type(value).__name__}")
     caveats = []
     load, cores = result.get("load_average"), result.get("cores")
     if load is not None and cores and load >= cores:

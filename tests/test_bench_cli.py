@@ -243,3 +243,30 @@ def test_the_benchmark_plot_writes_its_maths_as_mathtext():
         assert all("$d$ = 64" in text.get_text() for text in time_axis.get_legend().get_texts())
     finally:
         plt.close("all")
+
+
+@pytest.mark.parametrize("times, words", [
+    (None, "needs a list of times in seconds, got NoneType"),
+    ("0.1 0.2", "needs a list of times in seconds, got str"),
+    (0.1, "needs a list of times in seconds, got float"),
+    ([0.1, "0.2"], "each a finite number of 0 or more"),
+    ([0.1, float("nan")], "each a finite number of 0 or more"),
+    ([0.1, -0.2], "each a finite number of 0 or more"),
+    ([[0.1], [0.2]], "each a finite number of 0 or more"),
+    ([True, False], "each a finite number of 0 or more"),
+])
+def test_relative_spread_names_what_is_wrong_with_its_times(times, words):
+    with pytest.raises((TypeError, ValueError), match=words):
+        bench.relative_spread(times)
+
+
+@pytest.mark.parametrize("result, recorded, words", [
+    (None, None, "as result, a benchmark result"),
+    ({"rows": "none"}, None, "as result, a benchmark result"),
+    ("cpu-2core-float32.json", None, "got str"),
+    ({"rows": []}, "cpu-2core-float32.json", "as recorded, a benchmark result"),
+    ({"rows": []}, {"device": "cpu"}, "as recorded, a benchmark result"),
+])
+def test_timing_caveats_names_what_is_not_a_result(result, recorded, words):
+    with pytest.raises(TypeError, match=words):
+        bench.timing_caveats(result, recorded=recorded)

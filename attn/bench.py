@@ -3,14 +3,20 @@
     python -m attn.bench --out lessons/results/bench-NAME.json
     python -m attn.bench --suite gpu --out lessons/results/gpu-NAME.json   (everything lesson 6 measures; attn/gpu_suite.py)
 
-Times are medians after warm-up, with the device synchronised around every run. The JSON
-records where it ran (device name, torch and CUDA versions, dtype, shapes, date) so that a
-plot can say where its numbers came from.
+Times are medians after warm-up, with the device synchronised around every run; each row also
+records how far the runs spread (the interquartile range over the median), and the result records
+how busy the machine was when the run began (the load average against the number of cores), so
+that ``timing_caveats`` can say when a number should not be trusted. The JSON records where it ran
+(device name, torch and CUDA versions, dtype, shapes, date) so that a plot can say where its
+numbers came from.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
+import math
+import os
 import platform
 import statistics
 import sys
@@ -48,8 +54,15 @@ def _synchronize(device):
         torch.mps.synchronize()
 
 
-def median_seconds(function, device, warmup=3, repeats=10):
-    """Median wall-clock time of ``function()`` in seconds, synchronising the device around each run."""
+# A row whose middle half of runs spreads over more than this fraction of its median is flagged.
+SPREAD_LIMIT = 0.2
+
+
+def seconds_of_each_run(function, device, warmup=3, repeats=10):
+    """Wall-clock seconds of ``repeats`` calls of ``function()`` after ``warmup`` untimed ones.
+
+    The device is synchronised around each run, so that a GPU's queued work is counted.
+    """
     for _ in range(warmup):
         function()
     times = []
@@ -59,16 +72,62 @@ def median_seconds(function, device, warmup=3, repeats=10):
         function()
         _synchronize(device)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(function, device, warmup=3, repeats=10):
+    """Median wall-clock time of ``function()`` in seconds, synchronising the device around each run."""
+    return statistics.median(seconds_of_each_run(function, device, warmup, repeats))
+
+
+def relative_spread(times):
+    """The interquartile range of ``times`` over their median: 0.1 means the middle half of the
+    runs lies within a band 10% of the median wide; 0 for a single run."""
+    if isinstance(times, (str, bytes)) or not hasattr(times, "__len__"):
+        raise TypeError(f"relative_spread needs a list of times in seconds, got {type(times).__name__}")
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0 for t in times):
+        raise ValueError(f"relative_spread needs times in seconds, each a finite number of 0 or more, got {list(times)!r:.80}")
+    if len(times) < 2:
+        return 0.0
+    lower, _, upper = statistics.quantiles(times, n=4, method="inclusive")
+    return (upper - lower) / statistics.median(times)
+
+
+@contextlib.contextmanager
+def silenced_stderr():
+    """Within the block, send whatever is written to the process's standard error (file descriptor 2)
+    nowhere: PyTorch's profiler library writes two log lines there, with a timestamp, every time it
+    starts and stops. Standard error is restored when the block ends, even by an exception."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as nowhere:
+            os.dup2(nowhere.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
+def machine_load():
+    """The load average over the last minute (tasks running or waiting for a core), or None where
+    the system does not report it (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _measure(function, device, repeats):
-    """Time and peak memory of one case, or the reason it could not run."""
+    """Time (median and spread) and peak memory of one case, or the reason it could not run."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     try:
-        seconds = median_seconds(function, device, repeats=repeats)
+        times = seconds_of_each_run(function, device, repeats=repeats)
     except torch.OutOfMemoryError:
         return {"status": "out of memory"}
     except RuntimeError as error:  # on the CPU, running out of memory is a RuntimeError from the allocator
@@ -79,7 +138,8 @@ def _measure(function, device, repeats):
         if device.type == "cuda":
             torch.cuda.empty_cache()
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return {"status": "ok", "seconds": seconds, "peak_mib": peak}
+    return {"status": "ok", "seconds": statistics.median(times), "spread": relative_spread(times), "runs": len(times),
+            "peak_mib": peak}
 
 
 def is_cpu_out_of_memory(error):
@@ -92,6 +152,7 @@ def run_benchmark(device=None, dtype=torch.bfloat16, batch=4, heads=16, head_dim
                   repeats=10, layers=True):
     """Measure every case and return the results as a dictionary (see the module docstring)."""
     device = torch.device(device) if device is not None else pick_device()
+    load_at_start = machine_load()  # before the benchmark adds its own work
     generator = torch.Generator(device="cpu").manual_seed(0)
     rows = []
     for head_dim in head_dims:
@@ -127,10 +188,54 @@ def run_benchmark(device=None, dtype=torch.bfloat16, batch=4, heads=16, head_dim
         "dtype": str(dtype).replace("torch.", ""),
         "cpu": platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(),
+        "cores": os.cpu_count(),
+        "load_average": load_at_start,
         "date": datetime.date.today().isoformat(),
         "flops_formula": "4 * B * H * T^2 * d (attention core only)",
         "rows": rows,
     }
+
+
+def timing_caveats(result, recorded=None, spread_limit=SPREAD_LIMIT, slower_limit=3.0):
+    """Sentences saying why the times of ``result`` may not be trusted; an empty list if none.
+
+    Three reasons, one sentence each: the machine was busy when the run began (its load average was at
+    least its number of cores: other work was waiting for every core); some rows' runs spread by more
+    than ``spread_limit``; some rows are more than ``slower_limit`` times slower than the same case in
+    ``recorded`` (a committed result from the same kind of device and dtype), as on a busy machine.
+    """
+    for name, value in (("result", result), ("recorded", recorded)):
+        if not (value is None and name == "recorded") and not (isinstance(value, dict) and isinstance(value.get("rows"), list)):
+            raise TypeError(f"timing_caveats needs, as {name}, a benchmark result (the dictionary run_benchmark "
+                            f"returns, with its rows), got {type(value).__name__}")
+    caveats = []
+    load, cores = result.get("load_average"), result.get("cores")
+    if load is not None and cores and load >= cores:
+        caveats.append(f"the machine was busy: load average {load:.1f} on {cores} cores when the run began, "
+                       "so other programs shared the cores and every time may be too long")
+    timed = [row for row in result["rows"] if row["status"] == "ok"]
+    spread = [f"{_row_name(row)} ({row['spread']:.0%})" for row in timed if row.get("spread", 0.0) > spread_limit]
+    if spread:
+        caveats.append(f"{len(spread)} of {len(timed)} cases spread by more than {spread_limit:.0%} "
+                       f"(the middle half of their runs, over the median): {', '.join(spread)}")
+    same_kind = recorded is not None and all(result.get(key) == recorded.get(key) for key in ("device_type", "dtype"))
+    if same_kind:
+        reference = {_case_key(row): row for row in recorded["rows"] if row["status"] == "ok"}
+        slower = [f"{_row_name(row)} ({row['seconds'] / reference[_case_key(row)]['seconds']:.0f}x)" for row in timed
+                  if _case_key(row) in reference and row["seconds"] > slower_limit * reference[_case_key(row)]["seconds"]]
+        if slower:
+            caveats.append(f"{len(slower)} of {len(timed)} cases more than {slower_limit:g} times slower than the recorded "
+                           f"run ({label(recorded)}): {', '.join(slower)}")
+    return caveats
+
+
+def _row_name(row):
+    return f"T={row['length']} d={row['head_dim']} {row['case']}"
+
+
+def _case_key(row):
+    """What makes two rows the same measurement: the case and every size."""
+    return row["case"], row["batch"], row["heads"], row["head_dim"], row["length"]
 
 
 def share_of_peak(result, row):
@@ -236,12 +341,10 @@ def main(argv=None):
         timing = f"{row['seconds'] * 1e3:9.2f} ms" if row["status"] == "ok" else row["status"]
         extra = f"  {row['tflops']:7.2f} TFLOP/s" if "tflops" in row else ""
         print(f"d={row['head_dim']:4d} T={row['length']:6d} {row['case']:32s} {timing}{extra}")
+    for caveat in timing_caveats(result):
+        print(f"caveat: {caveat}")
     print(f"wrote {args.out} ({result['device']}, torch {result['torch']}, {result['dtype']})")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 def label(result):
@@ -268,14 +371,14 @@ def plot(result, axes=None):
         for case, colour in colours.items():
             rows = [r for r in result["rows"] if r["case"] == case and r["head_dim"] == head_dim and r["status"] == "ok"]
             lengths = [r["length"] for r in rows]
-            name = f"{case}, d={head_dim}"
+            name = f"{case}, $d$ = {head_dim}"
             marker = markers.get(head_dim, "o-")
             time_axis.loglog(lengths, [r["seconds"] * 1e3 for r in rows], marker, color=colour, label=name)
             rate_axis.semilogx(lengths, [r["tflops"] for r in rows], marker, color=colour, label=name)
-    time_axis.set(xlabel="sequence length T", ylabel="milliseconds (median)", title="Attention core time")
-    rate_axis.set(xlabel="sequence length T", ylabel="TFLOP/s = 4 B H T^2 d / t", title="Achieved throughput")
+    time_axis.set(xlabel=r"sequence length $T$", ylabel="milliseconds (median)", title="Attention core time")
+    rate_axis.set(xlabel=r"sequence length $T$", ylabel=r"TFLOP/s $= 4BHT^2d\,/\,t$", title="Achieved throughput")
     if result.get("peak_bf16_tflops") and result.get("dtype") == "bfloat16":
-        rate_axis.axhline(result["peak_bf16_tflops"], color=GUIDE, ls="--", label="dense bf16 peak")
+        rate_axis.axhline(result["peak_bf16_tflops"], color=GUIDE, ls="--", label="dense bfloat16 peak")
     measured = sorted({row["length"] for row in result["rows"]})
     for axis in axes:
         axis.set_xticks(measured, labels=[str(length) for length in measured])
@@ -284,3 +387,7 @@ def plot(result, axes=None):
     axes[0].figure.suptitle(label(result))
     axes[0].figure.tight_layout()
     return axes
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -81,15 +81,15 @@ def plot_time_and_memory(result, head_dim, causal=False):
     entry = out_of_memory_entry(result, head_dim, causal)
     if entry["within_sweep"]:
         length = entry["first_out_of_memory_length"]
-        time_axis.axvline(length, color=GUIDE, linestyle=":", label=f"explicit: out of memory at T = {length}")
+        time_axis.axvline(length, color=GUIDE, linestyle=":", label=f"explicit: out of memory at $T$ = {length}")
         memory_axis.plot([length], [entry["weights_gib_at_that_length"]], "X", color=PALETTE[4], markersize=11,
                          label="explicit at its OOM length:\nthe weights alone (GiB)")
     memory = result["provenance"].get("memory_gib")
     if memory:
         memory_axis.axhline(memory, color=GUIDE, linestyle="--", label=f"the GPU's memory, {memory:.0f} GiB")
     kind = "causal" if causal else "non-causal"
-    time_axis.set(ylabel="milliseconds (median)", title=f"Attention core, d = {head_dim}, {kind}: time")
-    memory_axis.set(xlabel="sequence length T", ylabel="peak memory (GiB)", title="Peak memory")
+    time_axis.set(ylabel="milliseconds (median)", title=f"Attention core, $d$ = {head_dim}, {kind}: time")
+    memory_axis.set(xlabel=r"sequence length $T$", ylabel="peak memory (GiB)", title="Peak memory")
     for axis in (time_axis, memory_axis):
         length_ticks(axis, result["sizes"]["lengths"])
     legend_below(figure)
@@ -116,9 +116,9 @@ def plot_throughput(result, causal=False):
             axis.axhline(peak, color=GUIDE, linestyle="--", label=f"data-sheet dense bf16 peak, {peak:.0f}")
         if measured:
             axis.axhline(measured, color=GUIDE, linestyle=":", label=f"measured matmul ceiling, {measured:.0f}")
-        axis.set(ylabel="TFLOP/s", title=f"d = {head_dim}", ylim=(0, None))
+        axis.set(ylabel="TFLOP/s", title=f"$d$ = {head_dim}", ylim=(0, None))
         length_ticks(axis, result["sizes"]["lengths"])
-    axes[-1, 0].set_xlabel("sequence length T")
+    axes[-1, 0].set_xlabel(r"sequence length $T$")
     legend_below(figure)
     counted = "causal work counted as half" if causal else "non-causal"
     figure.suptitle(f"Attention core throughput ({counted})\n{run_label(result)}")
@@ -142,7 +142,8 @@ def plot_layer_ratios(result):
     axis.set_xlim(0, max([1.0, *ratios]) * 1.25)
     shape = result["sizes"]["layer"]
     axis.set(xlabel="ours / nn.MultiheadAttention (median time)",
-             title=f"Whole layer, B = {shape['batch']}, T = {shape['length']}, E = {shape['embed_dim']}, H = {shape['heads']}")
+             title=f"Whole layer, $B$ = {shape['batch']}, $T$ = {shape['length']}, $E$ = {shape['embed_dim']}, "
+                   f"$H$ = {shape['heads']}")
     legend_below(figure)
     figure.suptitle(run_label(result))
     return figure

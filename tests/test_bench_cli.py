@@ -121,3 +121,152 @@ def test_a_small_run_on_cpu_writes_its_json(capsys, tmp_path):
                      for length in (16, 32)}
     assert all(row["status"] == "ok" and row["batch"] == 1 and row["heads"] == 2 for row in result["rows"])
     assert f"wrote {out}" in capsys.readouterr().out
+
+
+# Timing that says when not to trust it (issue 23: a busy machine printed 100x the recorded time silently).
+
+
+def timed_row(seconds, spread=0.0, length=128, case="fused", runs=15):
+    return {"case": case, "batch": 1, "heads": 8, "head_dim": 64, "length": length, "status": "ok",
+            "seconds": seconds, "spread": spread, "runs": runs}
+
+
+def result_of(rows, load=0.1, cores=2):
+    return {"device": "cpu", "device_type": "cpu", "dtype": "float32", "torch": "0.0", "date": "2026-01-01",
+            "load_average": load, "cores": cores, "rows": rows}
+
+
+def test_relative_spread_is_the_interquartile_range_over_the_median():
+    assert bench.relative_spread([1.0]) == 0.0
+    assert bench.relative_spread([2.0, 2.0, 2.0, 2.0]) == 0.0
+    # inclusive quartiles of 1..5 are 2 and 4; the median is 3
+    assert bench.relative_spread([5.0, 1.0, 3.0, 2.0, 4.0]) == pytest.approx(2 / 3)
+    # one run a hundred times too long moves the median and the quartiles little
+    assert bench.relative_spread([1.0] * 9 + [100.0]) == pytest.approx(0.0)
+
+
+def test_each_row_records_its_spread_and_the_run_records_the_load(monkeypatch):
+    monkeypatch.setattr(bench, "machine_load", lambda: 7.5)
+    result = bench.run_benchmark("cpu", torch.float32, batch=1, heads=2, head_dims=(8,), lengths=(16,), repeats=4,
+                                 layers=False)
+    assert result["load_average"] == 7.5 and result["cores"] == os.cpu_count()
+    for row in result["rows"]:
+        assert row["runs"] == 4 and row["spread"] >= 0.0
+    assert any("busy: load average 7.5" in caveat for caveat in bench.timing_caveats(result))
+
+
+def test_a_quiet_steady_run_has_no_caveat():
+    quiet = result_of([timed_row(1e-3, 0.05), timed_row(2e-3, 0.1, case="explicit")])
+    assert bench.timing_caveats(quiet, recorded=result_of([timed_row(0.9e-3)])) == []
+
+
+def test_a_busy_machine_is_named():
+    (caveat,) = bench.timing_caveats(result_of([timed_row(1e-3)], load=6.2, cores=2))
+    assert "busy: load average 6.2 on 2 cores" in caveat
+
+
+def test_a_wide_spread_is_named_with_its_rows():
+    rows = [timed_row(1e-3, 3.0), timed_row(1e-3, 0.1, length=256), timed_row(1e-3, 0.25, length=512)]
+    (caveat,) = bench.timing_caveats(result_of(rows))
+    assert caveat.startswith("2 of 3 cases spread by more than 20%")
+    assert "T=128 d=64 fused (300%)" in caveat and "T=512 d=64 fused (25%)" in caveat and "T=256" not in caveat
+
+
+def test_a_time_far_above_the_recorded_one_is_named():
+    recorded = result_of([timed_row(0.24e-3), timed_row(1e-3, length=256)])
+    live = result_of([timed_row(32e-3), timed_row(2e-3, length=256)])  # 133x and 2x the recorded times
+    (caveat,) = bench.timing_caveats(live, recorded=recorded)
+    assert caveat.startswith("1 of 2 cases more than 3 times slower than the recorded run (cpu, float32")
+    assert "T=128 d=64 fused (133x)" in caveat and "T=256" not in caveat
+
+
+def test_a_recorded_run_of_another_kind_or_size_is_not_compared():
+    live = result_of([timed_row(32e-3)])
+    gpu = {**result_of([timed_row(0.24e-3)]), "device_type": "cuda"}
+    assert bench.timing_caveats(live, recorded=gpu) == []
+    other_heads = result_of([{**timed_row(0.24e-3), "heads": 16}])
+    assert bench.timing_caveats(live, recorded=other_heads) == []
+
+
+def test_rows_that_did_not_run_are_left_out_of_the_caveats():
+    rows = [timed_row(1e-3), {"case": "explicit", "batch": 1, "heads": 8, "head_dim": 64, "length": 128,
+                              "status": "out of memory"}]
+    assert bench.timing_caveats(result_of(rows), recorded=result_of([timed_row(1e-6, case="explicit")])) == []
+
+
+def test_machine_load_is_a_number_or_none_where_the_system_has_none(monkeypatch):
+    load = bench.machine_load()
+    assert load is None or load >= 0.0
+    monkeypatch.delattr(os, "getloadavg")
+    assert bench.machine_load() is None
+
+
+def test_the_command_line_prints_its_caveats(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "machine_load", lambda: 99.0)
+    assert bench.main([*SMALL, "--out", str(tmp_path / "busy.json")]) == 0
+    assert "caveat: the machine was busy: load average 99.0" in capsys.readouterr().out
+
+
+def test_silenced_stderr_hides_what_cpp_writes_and_restores_it(capfd):
+    with bench.silenced_stderr():
+        os.write(2, b"profiler log line\n")
+    os.write(2, b"after the block\n")
+    assert capfd.readouterr().err == "after the block\n"
+
+
+def test_silenced_stderr_restores_standard_error_after_an_exception(capfd):
+    with pytest.raises(ValueError, match="inside"), bench.silenced_stderr():
+        raise ValueError("inside")
+    os.write(2, b"still there\n")
+    assert capfd.readouterr().err == "still there\n"
+
+
+def test_the_profiler_names_the_kernel_without_writing_to_stderr(capfd):
+    from torch.profiler import ProfilerActivity, profile
+
+    query = torch.randn(1, 2, 8, 4)
+    with bench.silenced_stderr(), profile(activities=[ProfilerActivity.CPU]) as run:
+        torch.nn.functional.scaled_dot_product_attention(query, query, query)
+    assert any("scaled_dot_product" in event.key for event in run.key_averages())
+    assert capfd.readouterr().err == ""
+
+
+def test_the_benchmark_plot_writes_its_maths_as_mathtext():
+    import matplotlib.pyplot as plt
+
+    recorded = json.loads((bench.Path(__file__).resolve().parent.parent / "lessons" / "results"
+                           / "cpu-2core-float32.json").read_text())
+    time_axis, rate_axis = bench.plot(recorded)
+    try:
+        assert rate_axis.get_xlabel() == r"sequence length $T$"
+        assert "$" in rate_axis.get_ylabel() and "T^2" in rate_axis.get_ylabel()
+        assert all("$d$ = 64" in text.get_text() for text in time_axis.get_legend().get_texts())
+    finally:
+        plt.close("all")
+
+
+@pytest.mark.parametrize("times, words", [
+    (None, "needs a list of times in seconds, got NoneType"),
+    ("0.1 0.2", "needs a list of times in seconds, got str"),
+    (0.1, "needs a list of times in seconds, got float"),
+    ([0.1, "0.2"], "each a finite number of 0 or more"),
+    ([0.1, float("nan")], "each a finite number of 0 or more"),
+    ([0.1, -0.2], "each a finite number of 0 or more"),
+    ([[0.1], [0.2]], "each a finite number of 0 or more"),
+    ([True, False], "each a finite number of 0 or more"),
+])
+def test_relative_spread_names_what_is_wrong_with_its_times(times, words):
+    with pytest.raises((TypeError, ValueError), match=words):
+        bench.relative_spread(times)
+
+
+@pytest.mark.parametrize("result, recorded, words", [
+    (None, None, "as result, a benchmark result"),
+    ({"rows": "none"}, None, "as result, a benchmark result"),
+    ("cpu-2core-float32.json", None, "got str"),
+    ({"rows": []}, "cpu-2core-float32.json", "as recorded, a benchmark result"),
+    ({"rows": []}, {"device": "cpu"}, "as recorded, a benchmark result"),
+])
+def test_timing_caveats_names_what_is_not_a_result(result, recorded, words):
+    with pytest.raises(TypeError, match=words):
+        bench.timing_caveats(result, recorded=recorded)

@@ -348,7 +348,7 @@ def test_time_and_memory_plot_marks_the_explicit_out_of_memory_length(gpu_result
     time_axis, memory_axis = figure.axes
     assert time_axis.get_xscale() == time_axis.get_yscale() == memory_axis.get_yscale() == "log"
     labels = legend_texts(figure)
-    assert "explicit: out of memory at T = 16384" in labels and "the GPU's memory, 79 GiB" in labels
+    assert "explicit: out of memory at $T$ = 16384" in labels and "the GPU's memory, 79 GiB" in labels
     explicit = next(line for line in time_axis.get_lines() if line.get_label() == "explicit")
     assert list(explicit.get_xdata()) == [512, 1024, 2048, 4096, 8192]
     marker = next(line for line in memory_axis.get_lines() if line.get_marker() == "X")
@@ -430,3 +430,17 @@ def test_a_run_with_a_failed_part_still_draws_the_others(gpu_result):
     assert horizontal_lines(figure.axes[0]) == {989.0}, "no measured ceiling without the ceilings part"
     assert gpu_plots.plot_decode_bandwidth(gpu_result) is not None
     assert "layer: FAILED, RuntimeError: x" in gpu_suite.summary_lines(gpu_result)
+
+
+def test_the_figures_write_their_maths_as_mathtext(gpu_result):
+    time_and_memory = gpu_plots.plot_time_and_memory(gpu_result, 64)
+    assert time_and_memory.axes[1].get_xlabel() == r"sequence length $T$"
+    assert "$d$ = 64" in time_and_memory.axes[0].get_title()
+    assert any("$T$ = " in text for text in legend_texts(time_and_memory))
+    throughput = gpu_plots.plot_throughput(gpu_result)
+    assert [axis.get_title() for axis in throughput.axes] == [f"$d$ = {d}" for d in gpu_result["sizes"]["head_dims"]]
+    title = gpu_plots.plot_layer_ratios(gpu_result).axes[0].get_title()
+    assert all(f"${name}$ = " in title for name in "BTEH")
+    for figure in (time_and_memory, throughput):
+        texts = [text.get_text() for axis in figure.axes for text in (axis.xaxis.label, axis.title)]
+        assert not any("length T" in text or text.startswith("d = ") for text in texts)

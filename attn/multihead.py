@@ -57,7 +57,10 @@ def explicit_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_caus
 
 
 def fused_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_causal=False):
-    """The same output as ``explicit_attention`` from PyTorch's fused kernel, which never stores the weights.
+    """The same output as ``explicit_attention`` from ``scaled_dot_product_attention``.
+
+    PyTorch runs a fused kernel, which never stores the weights, where one accepts the call, and
+    otherwise its math backend, which does (on a CPU, for example, with dropout in training mode).
 
     With ``is_causal``, T_q == T_k and no keep_mask, PyTorch's own causal flag is used, so the fastest
     kernels can run; in every other case the end-aligned causal mask is built and combined with keep_mask.
@@ -139,7 +142,7 @@ class MultiHeadAttention(nn.Module):
         attention_inputs = (q, k, v, keep_mask, dropout_p, is_causal)
         if need_weights:  # the explicit path, which keeps the weights
             heads, weights = explicit_attention(*attention_inputs)
-        else:  # PyTorch's fused kernel, which never stores them
+        else:  # scaled_dot_product_attention: fused where a kernel accepts it
             heads, weights = fused_attention(*attention_inputs), None
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output

@@ -46,13 +46,13 @@ class KVCache:
         self._keys = self._values = None
 
     def append(self, keys, values):
-        """Add keys and values (B, H_kv, T_new, d) at the end; return all cached.
+        """Add keys and values (B, H_kv, T_new, d) at the end; return all.
 
         Returns keys and values (B, H_kv, T, d). torch.cat writes a new tensor
         holding every cached position, so a step copies the whole cache.
         """
         self._check_new(keys, values)
-        if self._keys is None:  # a copy, so later changes to the inputs stay out
+        if self._keys is None:  # a copy: later changes to the inputs stay out
             self._keys, self._values = keys.clone(), values.clone()
         else:  # (B, H_kv, T + T_new, d): old and new copied into new memory
             self._keys = torch.cat((self._keys, keys), dim=2)

@@ -202,3 +202,11 @@ def test_the_lines_lesson9_prints_from_the_layer_are_there():
     first = next(i for i, line in enumerate(lines) if "self.key_proj" in line)
     last = next(i for i, line in enumerate(lines) if "cache.append" in line)
     assert 0 < last - first < 10
+
+
+def test_the_append_lesson9_prints_fits_the_output_column():
+    """Lesson 9 prints KVCache.append: every line fits the book's output block (78 characters)."""
+    import inspect
+
+    too_long = [line for line in inspect.getsource(KVCache.append).splitlines() if len(line) > 78]
+    assert not too_long, too_long

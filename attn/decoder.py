@@ -15,6 +15,7 @@ from torch import nn
 from attn.bench import median_seconds
 from attn.block import TransformerBlock
 from attn.kvcache import KVCache
+from attn.sampling import check_sampling, sample_next
 from attn.validate import positive_int, require_tensor, type_name
 
 
@@ -97,21 +98,25 @@ def train(model, sequences, steps=300, learning_rate=3e-3, first_target=2):
 
 
 @torch.no_grad()
-def generate(model, prompt, new_tokens, use_cache=True):
-    """Greedy decoding: prompt (B, T_0) -> (B, T_0 + new_tokens), each new token the most likely next one.
+def generate(model, prompt, new_tokens, use_cache=True, *, temperature=0.0, top_k=None, top_p=None, generator=None):
+    """Decoding: prompt (B, T_0) -> (B, T_0 + new_tokens), each new token chosen from the last position's logits.
 
     use_cache=True feeds the prompt once (the prefill) and then only the newest token at each step,
     the blocks' KV caches holding everything earlier; use_cache=False feeds the whole sequence so far
-    at every step. Both give the same tokens.
+    at every step. Both give the same tokens. temperature=0 (the default) is greedy decoding, the most
+    likely token; a temperature > 0 samples, with top_k, top_p and generator as in attn.sampling.sample_next.
     """
     check_tokens(model, prompt, "prompt")
     new_tokens = _count("new_tokens", new_tokens)
     _check_room(model, prompt.shape[1] + new_tokens - 1, "prompt length + new_tokens - 1")
+    example = torch.zeros(1, model.vocab_size, device=prompt.device)  # the arguments checked once, before any step
+    check_sampling(example, temperature, top_k, top_p, generator)
     caches = model.new_caches() if use_cache else None
     tokens, fed = prompt, prompt  # fed: what the model reads at this step
     for _ in range(new_tokens):
         logits = model(fed, caches)  # (B, T_fed, vocab_size)
-        next_token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+        choice = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+        next_token = choice[:, None].to(tokens.dtype)  # (B, 1)
         tokens = torch.cat((tokens, next_token), dim=1)
         fed = next_token if use_cache else tokens
     return tokens

@@ -4,6 +4,8 @@ When a model generates one token at a time, the keys and values of earlier token
 so each layer keeps them instead of recomputing them: a new token's query attends to the cache.
 """
 
+import numbers
+
 import torch
 
 
@@ -44,12 +46,16 @@ class KVCache:
         self._keys = self._values = None
 
     def append(self, keys, values):
-        """Add keys and values (B, H_kv, T_new, d) at the end; return all cached keys and values (B, H_kv, T, d)."""
+        """Add keys and values (B, H_kv, T_new, d) at the end; return all.
+
+        Returns keys and values (B, H_kv, T, d). torch.cat writes a new tensor
+        holding every cached position, so a step copies the whole cache.
+        """
         self._check_new(keys, values)
-        if self._keys is None:
-            self._keys, self._values = keys.clone(), values.clone()  # a copy: later changes to the caller's tensors stay out
-        else:
-            self._keys = torch.cat((self._keys, keys), dim=2)  # (B, H_kv, T + T_new, d)
+        if self._keys is None:  # a copy: later changes to the inputs stay out
+            self._keys, self._values = keys.clone(), values.clone()
+        else:  # (B, H_kv, T + T_new, d): old and new copied into new memory
+            self._keys = torch.cat((self._keys, keys), dim=2)
             self._values = torch.cat((self._values, values), dim=2)
         return self._keys, self._values
 
@@ -99,3 +105,67 @@ class KVCache:
             f"KVCache(positions={length}, batch={batch}, kv_heads={num_kv_heads}, head_dim={head_dim}, "
             f"dtype={self._keys.dtype}, device={self._keys.device}, nbytes={self.nbytes})"
         )
+
+
+class PreallocatedKVCache(KVCache):
+    """A KVCache that writes into one buffer of ``capacity`` positions, made at the first append.
+
+    What serving systems do: the buffer (B, H_kv, capacity, d) is allocated once, each append writes
+    only the new positions in place, and a length counter says how many are filled. ``keys`` and
+    ``values`` are views of the filled part, so nothing already cached is copied again.
+    ``nbytes`` counts the filled positions, as for KVCache; ``allocated_nbytes`` the whole buffers.
+    """
+
+    def __init__(self, capacity):
+        super().__init__()
+        if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral):
+            raise TypeError(f"capacity must be a whole number of positions, got {type(capacity).__name__} {capacity!r}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1 position, got {capacity}")
+        self.capacity = int(capacity)
+        self._key_buffer = self._value_buffer = None
+
+    @property
+    def allocated_nbytes(self):
+        """Bytes of the two buffers, filled or not: 2 * B * H_kv * capacity * d * element size."""
+        if self._key_buffer is None:
+            return 0
+        return self._key_buffer.nbytes + self._value_buffer.nbytes
+
+    def reset(self):
+        """Forget every position (the buffers are kept, to be written over)."""
+        super().reset()
+
+    def append(self, keys, values):
+        """Write keys and values (B, H_kv, T_new, d) after the filled part.
+
+        Returns views of the filled part, each (B, H_kv, T, d): no copy.
+        """
+        self._check_new(keys, values)
+        end = len(self) + keys.shape[2]
+        if end > self.capacity:
+            raise ValueError(
+                f"this cache has room for {self.capacity} positions, {len(self)} are filled and "
+                f"{keys.shape[2]} more do not fit; make it with a larger capacity"
+            )
+        if self._key_buffer is None or len(self) == 0:
+            self._allocate(keys)
+        start = len(self)
+        self._key_buffer[:, :, start:end] = keys  # in place: only the new positions
+        self._value_buffer[:, :, start:end] = values
+        self._keys = self._key_buffer[:, :, :end]  # views, (B, H_kv, T, d)
+        self._values = self._value_buffer[:, :, :end]
+        return self._keys, self._values
+
+    def _allocate(self, keys):
+        """Buffers (B, H_kv, capacity, d) like ``keys``, unless the ones held already fit."""
+        batch, num_kv_heads, _, head_dim = keys.shape
+        shape = (batch, num_kv_heads, self.capacity, head_dim)
+        held = self._key_buffer
+        if held is not None and held.shape == shape and held.dtype == keys.dtype and held.device == keys.device:
+            return
+        self._key_buffer = keys.new_empty(shape)
+        self._value_buffer = keys.new_empty(shape)
+
+    def __repr__(self):
+        return super().__repr__().replace("KVCache(", f"PreallocatedKVCache(capacity={self.capacity}, ", 1)

@@ -94,7 +94,9 @@ def causal_keep_mask(t_q, t_k, device=None):
 
     Query i sits at position T_k - T_q + i and may attend to keys 0 .. T_k - T_q + i. With T_q == T_k this
     is the usual lower triangle; with T_q < T_k (new queries after cached keys) it is what decoding needs.
-    PyTorch's own ``is_causal=True`` aligns to the start instead, which is wrong there.
+    PyTorch's ``is_causal=True`` is documented as aligned to the start (top-left), which does not fit new
+    queries after cached keys; PyTorch's end-aligned mask is ``torch.nn.attention.bias.causal_lower_right``,
+    equal to this one (tests/test_masks.py checks it).
     """
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)[None, None]
 

@@ -140,3 +140,73 @@ def test_cache_bytes_follow_the_formula_and_shrink_with_fewer_key_value_heads(nu
     full_size = 2 * batch * num_heads * head_dim * length * element  # what an ordinary multi-head layer caches
     assert cache.nbytes * (num_heads // num_kv_heads) == full_size
     assert cache.keys.shape == (batch, num_kv_heads, length, head_dim)
+
+
+def test_preallocated_cache_writes_in_place_and_equals_kv_cache():
+    from attn.kvcache import PreallocatedKVCache
+
+    generator = torch.Generator().manual_seed(0)
+    chunks = [torch.randn(2, 3, size, 4, generator=generator) for size in (3, 1, 1, 2)]
+    plain, preallocated = KVCache(), PreallocatedKVCache(capacity=8)
+    assert repr(preallocated) == "PreallocatedKVCache(capacity=8, empty)" and preallocated.allocated_nbytes == 0
+    addresses = set()
+    for chunk in chunks:
+        expected_keys, expected_values = plain.append(chunk, chunk + 1)
+        keys, values = preallocated.append(chunk, chunk + 1)
+        assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
+        addresses.add(keys.data_ptr())
+    assert len(addresses) == 1, "every append wrote into the same buffer"
+    assert len(preallocated) == 7 and preallocated.nbytes == plain.nbytes == 2 * 2 * 3 * 7 * 4 * 4
+    assert preallocated.allocated_nbytes == 2 * 2 * 3 * 8 * 4 * 4
+    chunks[0].zero_()
+    assert not torch.equal(preallocated.keys[:, :, :3], chunks[0]), "the cache keeps its own copy"
+    with pytest.raises(ValueError, match="room for 8 positions, 7 are filled and 2 more do not fit"):
+        preallocated.append(torch.zeros(2, 3, 2, 4), torch.zeros(2, 3, 2, 4))
+    assert len(preallocated) == 7, "a refused append changes nothing"
+    with pytest.raises(ValueError, match="batch size 2 in the cache, 1 now"):
+        preallocated.append(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
+    preallocated.reset()
+    assert len(preallocated) == 0 and preallocated.keys is None
+    keys, _ = preallocated.append(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4))  # a new shape: new buffers
+    assert keys.shape == (1, 1, 2, 4) and preallocated.allocated_nbytes == 2 * 1 * 1 * 8 * 4 * 4
+
+
+@pytest.mark.parametrize("capacity", [0, -3, 2.5, "8", None, True])
+def test_preallocated_cache_refuses_a_bad_capacity(capacity):
+    from attn.kvcache import PreallocatedKVCache
+
+    error = ValueError if isinstance(capacity, int) and not isinstance(capacity, bool) else TypeError
+    with pytest.raises(error, match="capacity must be"):
+        PreallocatedKVCache(capacity)
+
+
+def test_a_model_decodes_through_preallocated_caches_as_through_kv_caches():
+    from attn.decoder import Decoder, stepwise_logits
+    from attn.kvcache import PreallocatedKVCache
+
+    torch.manual_seed(0)
+    model = Decoder(vocab_size=9, max_length=10, embed_dim=16, num_heads=4, num_layers=2, num_kv_heads=2).eval()
+    tokens = torch.randint(9, (3, 10), generator=torch.Generator().manual_seed(1))
+    caches = [PreallocatedKVCache(capacity=10) for _ in model.blocks]
+    with torch.no_grad():
+        logits = torch.cat([model(tokens[:, :4], caches)] + [model(tokens[:, t:t + 1], caches) for t in range(4, 10)], 1)
+        torch.testing.assert_close(logits, stepwise_logits(model, tokens), atol=1e-6, rtol=0)
+        torch.testing.assert_close(logits, model(tokens), atol=1e-5, rtol=0)
+
+
+def test_the_lines_lesson9_prints_from_the_layer_are_there():
+    """Lesson 9 prints MultiHeadAttention.forward from its key projection to the append."""
+    import inspect
+
+    lines = inspect.getsource(MultiHeadAttention.forward).splitlines()
+    first = next(i for i, line in enumerate(lines) if "self.key_proj" in line)
+    last = next(i for i, line in enumerate(lines) if "cache.append" in line)
+    assert 0 < last - first < 10
+
+
+def test_the_append_lesson9_prints_fits_the_output_column():
+    """Lesson 9 prints KVCache.append: every line fits the book's output block (78 characters)."""
+    import inspect
+
+    too_long = [line for line in inspect.getsource(KVCache.append).splitlines() if len(line) > 78]
+    assert not too_long, too_long

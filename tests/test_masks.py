@@ -85,3 +85,18 @@ def test_normalised_mask_means_what_the_arguments_say(case):
     assert keep.dim() == 4
     expected = full_keep_mask(batch, heads, t_q, t_k, mask=mask, key_padding_mask=padding)
     assert torch.equal(keep.expand(batch, heads, t_q, t_k), expected)
+
+
+@given(st.integers(1, 9), st.integers(0, 9))
+def test_causal_keep_mask_is_pytorchs_causal_lower_right(t_q, extra):
+    """PyTorch's is_causal=True is the top-left triangle; its causal_lower_right bias is the course's end-aligned mask."""
+    from torch.nn.attention.bias import causal_lower_right
+    from torch.nn.functional import scaled_dot_product_attention
+
+    t_k = t_q + extra
+    zeros_q, zeros_k = torch.zeros(1, 1, t_q, 2), torch.zeros(1, 1, t_k, 2)
+    identity = torch.eye(t_k)[None, None]  # values that are one-hots: the output is the weight matrix
+    weights = scaled_dot_product_attention(zeros_q, zeros_k, identity, attn_mask=causal_lower_right(t_q, t_k))
+    assert torch.equal(weights > 0, causal_keep_mask(t_q, t_k))
+    top_left = scaled_dot_product_attention(zeros_q, zeros_k, identity, is_causal=True)
+    assert torch.equal(top_left > 0, torch.ones(t_q, t_k, dtype=torch.bool).tril()[None, None])

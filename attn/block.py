@@ -1,4 +1,4 @@
-"""The pre-norm Transformer block (lesson 8): attention and an MLP, each added back to its input."""
+"""The pre-norm Transformer block (lesson 9): attention and an MLP, each added back to its input."""
 
 from torch import nn
 
@@ -19,7 +19,7 @@ class TransformerBlock(nn.Module):
     num_kv_heads=num_kv_heads).
     forward(x (B, T, E), mask=None, key_padding_mask=None, is_causal=False,
     cache=None) -> (B, T, E); the masks mean what they mean for
-    MultiHeadAttention. num_kv_heads and cache belong to lesson 9 (grouped
+    MultiHeadAttention. num_kv_heads and cache belong to lesson 10 (grouped
     heads and the KV cache, one KVCache per block); with their default, None,
     the block is exactly the two lines above.
     """

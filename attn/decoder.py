@@ -1,4 +1,4 @@
-"""A small decoder-only model that generates token by token, with and without a KV cache (lesson 9).
+"""A small decoder-only model that generates token by token, with and without a KV cache (lesson 10).
 
 ``Decoder``: token and learned position embeddings, a stack of causal ``attn.TransformerBlock``s, a
 final LayerNorm and a linear readout to one score (logit) per vocabulary entry. The toy task is

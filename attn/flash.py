@@ -1,4 +1,4 @@
-"""Lesson 11, inside the fused kernel: the online softmax, attention in tiles, and a backward that recomputes.
+"""Lesson 12, inside the fused kernel: the online softmax, attention in tiles, and a backward that recomputes.
 
 ``online_softmax`` (NumPy) reads each row in blocks, keeping a running maximum and sum. ``tiled_attention``
 (PyTorch) is FlashAttention's forward written with Python loops over tiles of queries and keys: it never

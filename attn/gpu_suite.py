@@ -6,7 +6,7 @@
 One run records, in one JSON file (``SCHEMA``): where it ran (provenance), the package's CUDA tests
 (run by pytest in a subprocess, counts parsed from its summary), the card's practical ceilings (a
 large bf16 matrix product and a device-to-device copy), the attention core for the explicit path,
-every ``scaled_dot_product_attention`` backend and lesson 11's Triton kernel (time, peak memory,
+every ``scaled_dot_product_attention`` backend and lesson 12's Triton kernel (time, peak memory,
 TFLOP/s with causal work counted as half, shares of the data-sheet peak and of the measured
 ceiling), the explicit path's out-of-memory length, the whole layer against
 ``nn.MultiheadAttention``, and decoding with the KV cache (time per token, achieved bandwidth).
@@ -141,9 +141,9 @@ def nvidia_driver():
 
 
 def triton_kernel_status():
-    """Lesson 11's sentence on how its Triton kernel runs here (compiled, interpreted, or not at all)."""
+    """Lesson 12's sentence on how its Triton kernel runs here (compiled, interpreted, or not at all)."""
     if importlib.util.find_spec("attn.triton_kernels") is None:
-        return "this copy of the course has no attn/triton_kernels.py (lesson 11's kernel)"
+        return "this copy of the course has no attn/triton_kernels.py (lesson 12's kernel)"
     from attn.triton_kernels import triton_status
 
     return triton_status()
@@ -368,9 +368,9 @@ def sdpa_call(backend_name, causal):
 
 
 def triton_call(device):
-    """Lesson 11's Triton kernel as (q, k, v, causal) -> output, or the sentence saying why it cannot run here."""
+    """Lesson 12's Triton kernel as (q, k, v, causal) -> output, or the sentence saying why it cannot run here."""
     if importlib.util.find_spec("attn.triton_kernels") is None:
-        return None, "this copy of the course has no attn/triton_kernels.py (lesson 11's kernel)"
+        return None, "this copy of the course has no attn/triton_kernels.py (lesson 12's kernel)"
     from attn import triton_kernels  # imports no Triton: the launcher does, on its first call
 
     if importlib.util.find_spec("triton") is None:

@@ -1,4 +1,4 @@
-"""Induction heads: a lookup that a small causal attention-only model finds by itself (lesson 10).
+"""Induction heads: a lookup that a small causal attention-only model finds by itself (lesson 11).
 
 The task: random tokens in which a block of L tokens is immediately repeated. On the first copy
 nothing beyond chance can be predicted; on the second, every next token can be looked up: find
@@ -699,7 +699,7 @@ def _output_folder(text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m attn.induction",
-                                     description="Train lesson 10's one- and two-layer models and save them.")
+                                     description="Train lesson 11's one- and two-layer models and save them.")
     parser.add_argument("--out", required=True, type=_output_folder, help="folder for the weights and the training log")
     args = parser.parse_args(argv)  # --out is checked here, before three thousand steps of training
     record = train_and_save(args.out)

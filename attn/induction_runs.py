@@ -1,6 +1,6 @@
-"""Do the heads form at the drop, and does the drop come at the same step for every seed? (lesson 10)
+"""Do the heads form at the drop, and does the drop come at the same step for every seed? (lesson 11)
 
-Trains lesson 10's two-layer model (the settings of ``attn.induction``) with seeds 0, 1 and 2,
+Trains lesson 11's two-layer model (the settings of ``attn.induction``) with seeds 0, 1 and 2,
 the seed choosing both the initial weights and the training data. Every ``CHECKPOINT_EVERY``
 steps it measures every head's previous-token and induction scores (``attn.induction.head_scores``)
 on ``PROBE_SEQUENCES`` held-out sequences; it keeps every step's second-copy loss, and the step
@@ -112,7 +112,7 @@ def _output_folder(text):
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m attn.induction_runs",
-        description="Train lesson 10's two-layer model with seeds 0-2, scoring its heads as they form.")
+        description="Train lesson 11's two-layer model with seeds 0-2, scoring its heads as they form.")
     parser.add_argument("--out", required=True, type=_output_folder, help=f"folder for {RUNS_NAME}")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the same sums in the same order as the lesson's training log

@@ -1,4 +1,4 @@
-"""The KV cache: keys and values of the positions an attention layer has already seen (lesson 9).
+"""The KV cache: keys and values of the positions an attention layer has already seen (lesson 10).
 
 When a model generates one token at a time, the keys and values of earlier tokens never change,
 so each layer keeps them instead of recomputing them: a new token's query attends to the cache.

@@ -5,17 +5,19 @@ applied to what a learner meets on the way through (a hidden solution is not cou
 opens it only after trying):
 
     minutes = prose words / WORDS_PER_MINUTE
-            + code lines * SECONDS_PER_CODE_LINE / 60
+            + code characters / CODE_CHARACTERS_PER_MINUTE
             + figures * MINUTES_PER_FIGURE
             + display formulas * MINUTES_PER_FORMULA
             + exercises done in class * MINUTES_PER_EXERCISE
 
-rounded to the nearest multiple of ROUND_TO. Reading speed is slow because the prose is
-technical: it carries shapes and numbers to check against the code. A display formula is a step
-to work through, a figure is read against the text, a code line is read, run and its output
-compared with the prose. The constants were fitted once, by a search for the ones that come
-closest, to a learner's walkthrough of four notebooks (the interlude 25-30 minutes, lesson 8
-65-75, lesson 9 50-60, lesson 10 60-70; the rule gives 31, 66, 52 and 60 with every exercise
+rounded to the nearest multiple of ROUND_TO. Reading speed is slow because the prose is technical:
+it carries shapes and numbers to check against the code. A display formula is a step to work
+through, a figure is read against the text, code is read, run and its output compared with the
+prose. Code is measured in characters (each line stripped of its indentation), not lines, so that
+wrapping a long line to fit the column does not make a lesson longer. The constants were fitted
+once, by a search for the ones that come closest, to a learner's walkthrough of four notebooks as
+they were then (the interlude 25-30 minutes; lesson 8, before it was split into lessons 8 and 9,
+65-75; lesson 10 50-60; lesson 11 60-70; the rule gives 30, 67, 55 and 61 with every exercise
 counted), and are applied unchanged to every notebook.
 
 Run ``python -m attn.reading_time`` to print the counts and minutes for every lesson.
@@ -29,11 +31,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-WORDS_PER_MINUTE = 110
-SECONDS_PER_CODE_LINE = 4
+WORDS_PER_MINUTE = 150
+CODE_CHARACTERS_PER_MINUTE = 500
 MINUTES_PER_FIGURE = 4
 MINUTES_PER_FORMULA = 5
-MINUTES_PER_EXERCISE = 3
+MINUTES_PER_EXERCISE = 2
 ROUND_TO = 5
 
 EXERCISE = re.compile(r"^:::\{exercise\} ([0-9A-Z]+\.[0-9]+):", flags=re.MULTILINE)
@@ -47,7 +49,7 @@ class Counts:
     """What a learner meets in one notebook, hidden solutions left out."""
 
     words: int
-    code_lines: int
+    code_characters: int  # each line without its indentation
     figures: int
     formulas: int  # display formulas: $$...$$ or a {math} block
     exercises: tuple  # their ids, e.g. ("8.1", "8.2", "8.3")
@@ -103,13 +105,13 @@ def _cells(path):
 
 
 def count(path):
-    """Count a notebook's visible prose words, code lines (not blank), figures, formulas and exercises."""
+    """Count a notebook's visible prose words, code characters, figures, display formulas and exercises."""
     cells = _cells(path)
     prose = _visible_prose(cells)
     code = _visible_code(cells)
     return Counts(
         words=sum(len(text.split()) for text in prose),
-        code_lines=sum(1 for cell in code for line in "".join(cell["source"]).splitlines() if line.strip()),
+        code_characters=sum(len(line.strip()) for cell in code for line in "".join(cell["source"]).splitlines()),
         figures=sum("image/png" in output.get("data", {}) for cell in code for output in cell.get("outputs", [])),
         formulas=sum(len(DISPLAY_FORMULA.findall(text)) for text in prose),
         exercises=tuple(found for text in prose for found in EXERCISE.findall(text)),
@@ -120,7 +122,7 @@ def unrounded_minutes(counts, in_class):
     """The rule before rounding; ``in_class`` is how many of the exercises are done in class."""
     return (
         counts.words / WORDS_PER_MINUTE
-        + counts.code_lines * SECONDS_PER_CODE_LINE / 60
+        + counts.code_characters / CODE_CHARACTERS_PER_MINUTE
         + counts.figures * MINUTES_PER_FIGURE
         + counts.formulas * MINUTES_PER_FORMULA
         + in_class * MINUTES_PER_EXERCISE
@@ -142,7 +144,7 @@ def main(argv=None):
     paths = sorted(folder.glob("*.ipynb")) if folder.is_dir() else []
     if not paths:
         parser.error(f"{folder} is not a folder of notebooks")
-    print("| Notebook | Words | Code lines | Figures | Formulas | Exercises | Minutes, all exercises in class |")
+    print("| Notebook | Words | Code characters | Figures | Formulas | Exercises | Minutes, all exercises in class |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     try:
         counted = [(path, count(path)) for path in paths]
@@ -150,7 +152,7 @@ def main(argv=None):
         parser.error(str(error))
     for path, counts in counted:
         minutes = reading_minutes(counts, len(counts.exercises))
-        cells = (counts.words, counts.code_lines, counts.figures, counts.formulas, len(counts.exercises), minutes)
+        cells = (counts.words, counts.code_characters, counts.figures, counts.formulas, len(counts.exercises), minutes)
         print(f"| {path.stem} | " + " | ".join(map(str, cells)) + " |")
     return 0
 

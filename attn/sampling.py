@@ -1,6 +1,6 @@
-"""Choosing the next token from a model's logits: greedy, temperature, top-k and top-p sampling (lesson 9).
+"""Choosing the next token from a model's logits: greedy, temperature, top-k and top-p sampling (lesson 10).
 
-``sample_next(logits, temperature=..., top_k=..., top_p=..., generator=...)`` is the version lesson 9
+``sample_next(logits, temperature=..., top_k=..., top_p=..., generator=...)`` is the version lesson 10
 builds in the open on one logits vector: divide the logits by the temperature (lesson 4's), keep the
 ``top_k`` most likely tokens (Fan et al. 2018), keep the smallest set of most likely tokens whose
 probabilities reach ``top_p`` (nucleus sampling, Holtzman et al. 2020), and draw one token from what

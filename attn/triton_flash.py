@@ -1,8 +1,8 @@
-"""The FlashAttention forward as a Triton kernel: lesson 11's ``forward_tiles``, one program per query tile.
+"""The FlashAttention forward as a Triton kernel: lesson 12's ``forward_tiles``, one program per query tile.
 
 This module imports Triton; ``attn.triton_kernels`` imports it only when the kernel is first launched,
 and decorates ``flash_forward_kernel`` with ``triton.jit`` there (compiled for a GPU, or run by Triton's
-interpreter for tensors on the CPU). Lesson 11 prints the kernel, so its lines fit 78 characters.
+interpreter for tensors on the CPU). Lesson 12 prints the kernel, so its lines fit 78 characters.
 """
 
 import triton.language as tl

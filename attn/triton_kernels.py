@@ -1,4 +1,4 @@
-"""The launcher of lesson 11's Triton kernel: ``flash_forward(query, key, value, is_causal=False)``.
+"""The launcher of lesson 12's Triton kernel: ``flash_forward(query, key, value, is_causal=False)``.
 
 Triton is imported the first time the kernel is launched, never by ``import attn``. Tensors on a CUDA
 GPU run the compiled kernel; tensors on the CPU run the same kernel through Triton's interpreter, which
@@ -34,7 +34,7 @@ def triton_available():
 def triton_status():
     """A short sentence saying whether the kernel can run here, and how (compiled, or interpreted)."""
     if not triton_available():
-        return "No Triton here (it ships for Linux only): the rest of lesson 11 runs without it"
+        return "No Triton here (it ships for Linux only): the rest of lesson 12 runs without it"
     where = "compiled for the GPU" if torch.cuda.is_available() else "interpreted on the CPU"
     return f"Triton {importlib.metadata.version('triton')}: the kernel is {where}"
 
@@ -45,7 +45,7 @@ def flash_forward(query, key, value, is_causal=False, block_q=32, block_k=32):
     Returns (B, H, T_q, d) in the query's dtype (float16, bfloat16 or float32; tiles are computed in
     float32). is_causal: query i sees keys up to T_k - T_q + i; rows with no allowed key give zeros.
     block_q and block_k: powers of 2, at least 16 (the smallest tile a GPU's matrix units take).
-    Forward only: the output carries no gradient (lesson 11's ``flash_attention`` has the backward).
+    Forward only: the output carries no gradient (lesson 12's ``flash_attention`` has the backward).
     """
     block_q, block_k = check_flash_inputs(query, key, value, is_causal, block_q, block_k)
     _check_kernel_arguments(query, block_q, block_k)

@@ -227,7 +227,7 @@ FLASH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
-    """The arguments of lesson 11's tiled attention; returns (block_q, block_k) as ints.
+    """The arguments of lesson 12's tiled attention; returns (block_q, block_k) as ints.
 
     query (B, H, T_q, d), key and value (B, H, T_k, d): one dtype and device, floating point, finite;
     T_q, T_k and d at least 1. Blocks are positive ints (a block larger than T is allowed: one tile).

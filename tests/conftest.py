@@ -30,7 +30,7 @@ def _cuda_available():
     return torch.cuda.is_available()
 
 
-# Lesson 11's Triton kernel runs on a CPU only through Triton's interpreter, which Triton chooses when it is
+# Lesson 12's Triton kernel runs on a CPU only through Triton's interpreter, which Triton chooses when it is
 # first imported (some of PyTorch's modules import it): set before any test can import it.
 if not _cuda_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -159,8 +159,8 @@ def test_bad_input_names_x():
         block(x, key_padding_mask=torch.ones(2, 3))
 
 
-def test_without_lesson_9s_arguments_the_block_is_the_two_lines_of_its_formula():
-    """Lesson 8 prints the class and tells the reader to ignore num_kv_heads and cache: left at None,
+def test_without_lesson_10s_arguments_the_block_is_the_two_lines_of_its_formula():
+    """Lesson 9 prints the class and tells the reader to ignore num_kv_heads and cache: left at None,
     forward is x + attention(LN1(x)), then x + MLP(LN2(x)), with the lesson's own LayerNorm."""
     torch.manual_seed(3)
     block = TransformerBlock(16, 4, dropout=0.1).eval()
@@ -180,10 +180,10 @@ def test_without_lesson_9s_arguments_the_block_is_the_two_lines_of_its_formula()
     assert TransformerBlock(16, 4, num_kv_heads=None).attention.num_kv_heads == 4
 
 
-def test_the_printed_class_says_its_cache_arguments_are_lesson_9s():
+def test_the_printed_class_says_its_cache_arguments_are_lesson_10s():
     import inspect
 
     source = inspect.getsource(TransformerBlock)
     docstring = TransformerBlock.__doc__
     assert "cache" in source and "num_kv_heads" in source
-    assert "num_kv_heads and cache belong to lesson 9" in " ".join(docstring.split())
+    assert "num_kv_heads and cache belong to lesson 10" in " ".join(docstring.split())

@@ -1,24 +1,26 @@
-"""The self-checks of lessons 8, 9 and 10 accept the right answers and name the common mistakes.
+"""The self-checks of lessons 8 to 11 accept the right answers and name the common mistakes.
 
 The sweep of wrong kinds of answer over every registered exercise is in test_exercises_hostile.py.
 """
+
+import math
 
 import numpy as np
 import pytest
 import torch
 
 from attn import KVCache, TransformerBlock, apply_rotary
-from attn.exercises import lesson10, verdict
+from attn.exercises import lesson11, verdict
 from attn.exercises.lesson08 import rotary_score
-from attn.exercises.lesson09 import decode_with_cache
-from attn.exercises.lesson10 import single_repeat_sequence
+from attn.exercises.lesson10 import decode_with_cache
+from attn.exercises.lesson11 import single_repeat_sequence
 from attn.induction import load_trained, make_repeat_data
 from tests.notebooks import ROOT, code_cells, load
 from tests.verdicts import correct, not_yet
 
 
 def test_the_lessons_q_and_k_are_the_checks_q_and_k():
-    source = "".join(next(cell["source"] for cell in code_cells(load(ROOT / "lessons" / "08_order_and_blocks.ipynb"))
+    source = "".join(next(cell["source"] for cell in code_cells(load(ROOT / "lessons" / "08_order.ipynb"))
                           if "def rotary_score" in "".join(cell["source"])))
     namespace = {"torch": torch, "apply_rotary": apply_rotary, "print": lambda *arguments, **options: None}
     exec(source, namespace)  # noqa: S102 - the lesson's own cell
@@ -38,60 +40,78 @@ def test_rotary_prediction():
     assert "at least 5 significant digits" in not_yet("8.1", 0.9256)
 
 
+def test_sinusoidal_period():
+    period = 2 * math.pi * 1000  # pair 12 of E = 32: 2 pi * 10000^(24/32)
+    assert "6,283.2 positions" in correct("8.2", period)
+    assert "6,283.2" in correct("8.2", 6283.2)  # 5 significant digits are enough
+    assert "at least 5 significant digits" in not_yet("8.2", 6283)
+    assert "a whole turn is 2 pi radians" in not_yet("8.2", 1000)
+    assert "i = 12 in the exponent" in not_yet("8.2", 2 * math.pi * 10000 ** (12 / 32))
+    assert "already the feature index" in not_yet("8.2", 2 * math.pi * 10000 ** (48 / 32))
+    assert "angle the pair turns per position" in not_yet("8.2", 0.001)
+    assert "a frequency" in not_yet("8.2", 1 / period)
+    assert "divides 2 pi by" in not_yet("8.2", 2 * math.pi / 1000)
+    for wrong in (7000, 5000, 62.8, 35_333):
+        reply = not_yet("8.2", wrong)
+        assert "6,28" not in reply and "6283" not in reply, "the check never tells the value"
+    for hostile in (None, "6283", [6283, 1], float("nan"), torch.tensor([6283.0], requires_grad=True)):
+        verdict("8.2", hostile)  # a sentence, never a traceback (a tensor of one number may be right)
+
+
 def test_layer_norm_by_hand():
     token = torch.tensor([1.0, 2.0, 3.0, 6.0])
     with torch.no_grad():
         expected = torch.nn.LayerNorm(4)(token)[-1].item()
-    assert "variance (14 / 4" in correct("8.2", expected)
-    assert "variance (14 / 4" in correct("8.2", 1.60357), "5 significant digits are enough"
-    assert "variance (14 / 4" in correct("8.2", 3 / 3.5**0.5), "eps may be left out by hand"
-    assert "n - 1 = 3" in not_yet("8.2", 3 / (14 / 3) ** 0.5)  # torch.var's default
-    assert "subtract the mean from it first" in not_yet("8.2", 6 / 3.5**0.5)
-    assert "without subtracting the mean" in not_yet("8.2", 6 / 12.5**0.5)  # the root of the mean of the squares
-    assert "its square root" in not_yet("8.2", 3 / 3.5)
-    assert "did not divide by the standard deviation" in not_yet("8.2", 3.0)
-    assert "the first entry's value" in not_yet("8.2", -2 / 3.5**0.5)
-    assert "too large, by about 6%" in not_yet("8.2", 1.7)
+    assert "variance (14 / 4" in correct("9.1", expected)
+    assert "variance (14 / 4" in correct("9.1", 1.60357), "5 significant digits are enough"
+    assert "variance (14 / 4" in correct("9.1", 3 / 3.5**0.5), "eps may be left out by hand"
+    assert "n - 1 = 3" in not_yet("9.1", 3 / (14 / 3) ** 0.5)  # torch.var's default
+    assert "subtract the mean from it first" in not_yet("9.1", 6 / 3.5**0.5)
+    assert "without subtracting the mean" in not_yet("9.1", 6 / 12.5**0.5)  # the root of the mean of the squares
+    assert "its square root" in not_yet("9.1", 3 / 3.5)
+    assert "did not divide by the standard deviation" in not_yet("9.1", 3.0)
+    assert "the first entry's value" in not_yet("9.1", -2 / 3.5**0.5)
+    assert "too large, by about 6%" in not_yet("9.1", 1.7)
     for wrong in (1.7, 1.5, 3 / (14 / 3) ** 0.5, -expected, 1.6):
-        assert "1.60" not in not_yet("8.2", wrong), "the check never tells the value"
+        assert "1.60" not in not_yet("9.1", wrong), "the check never tells the value"
 
 
 def test_block_parameters():
     count = sum(p.numel() for p in TransformerBlock(64, 8).parameters())
     assert count == 12 * 64**2 + 13 * 64 == 49_984
-    assert "49,984" in correct("8.3", count)
-    assert "weight matrices only" in not_yet("8.3", 12 * 64**2)
-    assert "two LayerNorms" in not_yet("8.3", count - 4 * 64)
-    assert "attention layer alone" in not_yet("8.3", 4 * 64**2 + 4 * 64)
-    assert "leaves out the attention layer" in not_yet("8.3", count - 4 * 64**2 - 4 * 64)
+    assert "49,984" in correct("9.2", count)
+    assert "weight matrices only" in not_yet("9.2", 12 * 64**2)
+    assert "two LayerNorms" in not_yet("9.2", count - 4 * 64)
+    assert "attention layer alone" in not_yet("9.2", 4 * 64**2 + 4 * 64)
+    assert "leaves out the attention layer" in not_yet("9.2", count - 4 * 64**2 - 4 * 64)
 
 
 def test_cache_size():
     gib = 2 * 24 * 4 * 128 * 32_768 * 2 / 2**30
-    assert gib == 1.5 and "1.5 GiB" in correct("9.1", gib)
-    assert "all 16 query heads" in not_yet("9.1", gib * 4)
-    assert "keys alone" in not_yet("9.1", gib / 2)
-    assert "float32" in not_yet("9.1", gib * 2)
-    assert "in bytes" in not_yet("9.1", gib * 2**30)
-    assert "in GB" in not_yet("9.1", gib * 2**30 / 1e9)
-    assert "in MiB" in not_yet("9.1", gib * 1024)
+    assert gib == 1.5 and "1.5 GiB" in correct("10.1", gib)
+    assert "all 16 query heads" in not_yet("10.1", gib * 4)
+    assert "keys alone" in not_yet("10.1", gib / 2)
+    assert "float32" in not_yet("10.1", gib * 2)
+    assert "in bytes" in not_yet("10.1", gib * 2**30)
+    assert "in GB" in not_yet("10.1", gib * 2**30 / 1e9)
+    assert "in MiB" in not_yet("10.1", gib * 1024)
 
 
 def test_step_mask():
     right = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
-    correct("9.2", right)
-    correct("9.2", right.numpy())
-    assert "top-left" in not_yet("9.2", torch.ones(3, 7, dtype=torch.bool).tril())
-    assert "(3, 7)" in not_yet("9.2", torch.ones(7, 7, dtype=torch.bool).tril())
-    assert "two tokens after it" in not_yet("9.2", torch.ones(3, 7, dtype=torch.bool))
-    assert "dtype=bool" in not_yet("9.2", right.int())
+    correct("10.2", right)
+    correct("10.2", right.numpy())
+    assert "top-left" in not_yet("10.2", torch.ones(3, 7, dtype=torch.bool).tril())
+    assert "(3, 7)" in not_yet("10.2", torch.ones(7, 7, dtype=torch.bool).tril())
+    assert "two tokens after it" in not_yet("10.2", torch.ones(3, 7, dtype=torch.bool))
+    assert "dtype=bool" in not_yet("10.2", right.int())
     one_off = right.clone()
     one_off[0, 5] = True  # new query 0 (position 4) would see position 5
-    assert "differs in one of its 21 entries" in not_yet("9.2", one_off)
+    assert "differs in one of its 21 entries" in not_yet("10.2", one_off)
 
 
 def test_decoding_by_hand():
-    assert "every row of the full causal pass" in correct("9.3", decode_with_cache)
+    assert "every row of the full causal pass" in correct("10.3", decode_with_cache)
 
     def without_cache(layer, x):
         return torch.cat([layer(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], is_causal=True) for t in range(x.shape[1])], dim=1)
@@ -105,11 +125,11 @@ def test_decoding_by_hand():
             output = layer(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], is_causal=True, cache=cache)
         return output
 
-    assert "one KVCache before the loop" in not_yet("9.3", without_cache)
-    assert "later ones too" in not_yet("9.3", whole_sequence)
-    assert "last step only" in not_yet("9.3", last_step_only)
-    assert "decoding function" in not_yet("9.3", None)
-    assert "raised TypeError" in not_yet("9.3", lambda layer: layer)
+    assert "one KVCache before the loop" in not_yet("10.3", without_cache)
+    assert "later ones too" in not_yet("10.3", whole_sequence)
+    assert "last step only" in not_yet("10.3", last_step_only)
+    assert "decoding function" in not_yet("10.3", None)
+    assert "raised TypeError" in not_yet("10.3", lambda layer: layer)
 
 
 def test_decoding_by_hand_must_decode_as_the_exercise_asks():
@@ -143,113 +163,113 @@ def test_decoding_by_hand_must_decode_as_the_exercise_asks():
         return torch.cat(outputs, dim=1)
 
     without = "called without a cache; the exercise asks for 6 calls of one token each"
-    assert without in not_yet("9.3", full_causal_pass)
-    assert without in not_yet("9.3", growing_prefix)
-    assert "your calls used 2 different caches" in not_yet("9.3", warm_up_first)
-    assert "your calls fed 2, 1, 1, 1, 1 tokens" in not_yet("9.3", prefill_then_steps)
-    assert "already held 6 positions when your function started" in not_yet("9.3", cache_made_outside)
-    assert "already held" in not_yet("9.3", cache_made_outside), "a second check of the same function: still the hint"
-    correct("9.3", positional_cache)
+    assert without in not_yet("10.3", full_causal_pass)
+    assert without in not_yet("10.3", growing_prefix)
+    assert "your calls used 2 different caches" in not_yet("10.3", warm_up_first)
+    assert "your calls fed 2, 1, 1, 1, 1 tokens" in not_yet("10.3", prefill_then_steps)
+    assert "already held 6 positions when your function started" in not_yet("10.3", cache_made_outside)
+    assert "already held" in not_yet("10.3", cache_made_outside), "a second check of the same function: still the hint"
+    correct("10.3", positional_cache)
 
 
 def test_checks_leave_the_learners_random_numbers_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    for exercise_id, answer in (("8.2", 1.6), ("8.3", 49_984), ("9.3", decode_with_cache), ("8.1", 0.0)):
+    for exercise_id, answer in (("9.1", 1.6), ("9.2", 49_984), ("10.3", decode_with_cache), ("8.1", 0.0)):
         verdict(exercise_id, answer)
     assert torch.equal(torch.rand(3), expected)
 
 
-LESSON_10 = ROOT / "lessons" / "10_induction_heads.ipynb"
+LESSON_11 = ROOT / "lessons" / "11_induction_heads.ipynb"
 
 
-def test_lesson_10_exercise_sequences_are_the_ones_the_checks_describe():
-    data = make_repeat_data(1, seed=lesson10.SEQUENCE_SEED)
+def test_lesson_11_exercise_sequences_are_the_ones_the_checks_describe():
+    data = make_repeat_data(1, seed=lesson11.SEQUENCE_SEED)
     start, length = data.block_start.item(), data.block_length.item()
-    assert length == lesson10.BLOCK_LENGTH
-    assert start + length < lesson10.QUERY < start + 2 * length, "exercise 10.1's query is in the second copy"
+    assert length == lesson11.BLOCK_LENGTH
+    assert start + length < lesson11.QUERY < start + 2 * length, "exercise 11.1's query is in the second copy"
     single = single_repeat_sequence()[0].tolist()
     assert len(single) == 32 and len(set(single)) == 31
-    assert single[lesson10.LATER] == single[lesson10.EARLIER]
-    markdown = "".join("".join(cell["source"]) for cell in load(LESSON_10)["cells"] if cell["cell_type"] == "markdown")
-    assert f"make_repeat_data(1, seed={lesson10.SEQUENCE_SEED})" in markdown
-    assert f"take the query at position {lesson10.QUERY}" in markdown
-    assert f"the token at position {lesson10.LATER} is the same as the one at position {lesson10.EARLIER}" in markdown
+    assert single[lesson11.LATER] == single[lesson11.EARLIER]
+    markdown = "".join("".join(cell["source"]) for cell in load(LESSON_11)["cells"] if cell["cell_type"] == "markdown")
+    assert f"make_repeat_data(1, seed={lesson11.SEQUENCE_SEED})" in markdown
+    assert f"take the query at position {lesson11.QUERY}" in markdown
+    assert f"the token at position {lesson11.LATER} is the same as the one at position {lesson11.EARLIER}" in markdown
 
 
-def test_the_shipped_model_does_what_the_lesson_10_answers_say():
+def test_the_shipped_model_does_what_the_lesson_11_answers_say():
     model = load_trained(ROOT / "lessons" / "models", 2)
-    tokens = make_repeat_data(1, seed=lesson10.SEQUENCE_SEED).tokens  # (1, T)
+    tokens = make_repeat_data(1, seed=lesson11.SEQUENCE_SEED).tokens  # (1, T)
     with torch.no_grad():
         _, weights = model(tokens, need_weights=True)
         logits = model(single_repeat_sequence())
-    strongest = [weights[0][0, 0, lesson10.QUERY].argmax().item(), weights[1][0, 1, lesson10.QUERY].argmax().item()]
-    correct("10.1", strongest)
-    correct("10.3", logits[0, lesson10.LATER].argmax().item())
-    assert "falls to near 0" in correct("10.2", 3)
+    strongest = [weights[0][0, 0, lesson11.QUERY].argmax().item(), weights[1][0, 1, lesson11.QUERY].argmax().item()]
+    correct("11.1", strongest)
+    correct("11.3", logits[0, lesson11.LATER].argmax().item())
+    assert "falls to near 0" in correct("11.2", 3)
 
 
 def test_where_the_two_heads_look():
-    tokens = make_repeat_data(1, seed=lesson10.SEQUENCE_SEED).tokens[0].tolist()
-    correct("10.1", [20, 14])
-    correct("10.1", np.array([20, 14]))
-    assert "other way round" in not_yet("10.1", [14, 20])
-    assert "tokens at the two positions" in not_yet("10.1", [tokens[20], tokens[14]])
-    assert "the query itself" in not_yet("10.1", [21, 14])
-    assert "duplicate-token head" in not_yet("10.1", [20, 13])
-    assert "causal mask hides it" in not_yet("10.1", [20, 25])
-    assert "take the position after it" in not_yet("10.1", [20, 16])
-    assert "just before the query" in not_yet("10.1", [19, 14])
-    assert "two positions in a list" in not_yet("10.1", [20])
-    assert "two positions in a list" in not_yet("10.1", 20)
+    tokens = make_repeat_data(1, seed=lesson11.SEQUENCE_SEED).tokens[0].tolist()
+    correct("11.1", [20, 14])
+    correct("11.1", np.array([20, 14]))
+    assert "other way round" in not_yet("11.1", [14, 20])
+    assert "tokens at the two positions" in not_yet("11.1", [tokens[20], tokens[14]])
+    assert "the query itself" in not_yet("11.1", [21, 14])
+    assert "duplicate-token head" in not_yet("11.1", [20, 13])
+    assert "causal mask hides it" in not_yet("11.1", [20, 25])
+    assert "take the position after it" in not_yet("11.1", [20, 16])
+    assert "just before the query" in not_yet("11.1", [19, 14])
+    assert "two positions in a list" in not_yet("11.1", [20])
+    assert "two positions in a list" in not_yet("11.1", 20)
 
 
 def test_the_induction_head_without_its_partner():
-    assert "own weights are unchanged" in correct("10.2", 3)
-    assert "untouched" in not_yet("10.2", 1)
-    assert "only head that writes" in not_yet("10.2", 2)
-    assert "1, 2 or 3" in not_yet("10.2", 4)
-    assert "1, 2 or 3" in not_yet("10.2", 0)
-    correct("10.2", 3.0)
-    not_yet("10.2", 2.5)
+    assert "own weights are unchanged" in correct("11.2", 3)
+    assert "untouched" in not_yet("11.2", 1)
+    assert "only head that writes" in not_yet("11.2", 2)
+    assert "1, 2 or 3" in not_yet("11.2", 4)
+    assert "1, 2 or 3" in not_yet("11.2", 0)
+    correct("11.2", 3.0)
+    not_yet("11.2", 2.5)
 
 
 def test_a_single_earlier_occurrence():
     tokens = single_repeat_sequence()[0].tolist()
-    correct("10.3", tokens[lesson10.EARLIER + 1])
-    assert "repeated token itself" in not_yet("10.3", tokens[lesson10.LATER])
-    assert "came before the earlier occurrence" in not_yet("10.3", tokens[lesson10.EARLIER - 1])
-    assert "just before the query" in not_yet("10.3", tokens[lesson10.LATER - 1])
-    assert "cannot see" in not_yet("10.3", tokens[lesson10.LATER + 1])
-    assert "position of the answer" in not_yet("10.3", lesson10.EARLIER + 1)
-    assert "between 0 and 63" in not_yet("10.3", 64)
-    assert "between 0 and 63" in not_yet("10.3", -1)
+    correct("11.3", tokens[lesson11.EARLIER + 1])
+    assert "repeated token itself" in not_yet("11.3", tokens[lesson11.LATER])
+    assert "came before the earlier occurrence" in not_yet("11.3", tokens[lesson11.EARLIER - 1])
+    assert "just before the query" in not_yet("11.3", tokens[lesson11.LATER - 1])
+    assert "cannot see" in not_yet("11.3", tokens[lesson11.LATER + 1])
+    assert "position of the answer" in not_yet("11.3", lesson11.EARLIER + 1)
+    assert "between 0 and 63" in not_yet("11.3", 64)
+    assert "between 0 and 63" in not_yet("11.3", -1)
 
 
 @pytest.fixture
 def fresh_measurement():
-    """Exercise 10.2's measurement is cached: start and end each test without it."""
-    lesson10._induction_score_without_previous_token_head.cache_clear()
+    """Exercise 11.2's measurement is cached: start and end each test without it."""
+    lesson11._induction_score_without_previous_token_head.cache_clear()
     yield
-    lesson10._induction_score_without_previous_token_head.cache_clear()
+    lesson11._induction_score_without_previous_token_head.cache_clear()
 
 
 @pytest.mark.usefixtures("fresh_measurement")
-def test_a_lesson_10_check_without_the_models_says_where_it_looked(monkeypatch, tmp_path):
-    monkeypatch.setattr(lesson10, "MODEL_FOLDERS", (tmp_path / "models",))
+def test_a_lesson_11_check_without_the_models_says_where_it_looked(monkeypatch, tmp_path):
+    monkeypatch.setattr(lesson11, "MODEL_FOLDERS", (tmp_path / "models",))
     monkeypatch.chdir(tmp_path)
-    line = not_yet("10.2", 3)
+    line = not_yet("11.2", 3)
     assert "induction_2layer.pt" in line and str(tmp_path / "models") in line
     assert "python -m attn.induction --out lessons/models" in line
-    assert "nothing yet" in not_yet("10.2", ...), "the learner's answer is read first"
+    assert "nothing yet" in not_yet("11.2", ...), "the learner's answer is read first"
 
 
 @pytest.mark.usefixtures("fresh_measurement")
-def test_a_lesson_10_check_names_a_damaged_model(monkeypatch, tmp_path):
+def test_a_lesson_11_check_names_a_damaged_model(monkeypatch, tmp_path):
     (tmp_path / "induction_2layer.pt").write_bytes(b"not a model")
-    monkeypatch.setattr(lesson10, "MODEL_FOLDERS", (tmp_path,))
-    line = not_yet("10.2", 3)
+    monkeypatch.setattr(lesson11, "MODEL_FOLDERS", (tmp_path,))
+    line = not_yet("11.2", 3)
     assert "cannot be loaded" in line and "not a weights file" in line and "weights_only" not in line
 
 
@@ -257,9 +277,9 @@ def test_a_lesson_10_check_names_a_damaged_model(monkeypatch, tmp_path):
 def test_an_installed_package_finds_the_models_from_the_lessons_folder(monkeypatch, tmp_path):
     """Installed (not editable), the package has no lessons/ beside it: the check looks under the current folder."""
     beside_the_package = tmp_path / "site-packages" / "lessons" / "models"
-    monkeypatch.setattr(lesson10, "MODEL_FOLDERS", (beside_the_package, *lesson10.MODEL_FOLDERS[1:]))
+    monkeypatch.setattr(lesson11, "MODEL_FOLDERS", (beside_the_package, *lesson11.MODEL_FOLDERS[1:]))
     monkeypatch.chdir(ROOT / "lessons")  # where the lesson runs: models/ is right there
-    correct("10.2", 3)
-    lesson10._induction_score_without_previous_token_head.cache_clear()
+    correct("11.2", 3)
+    lesson11._induction_score_without_previous_token_head.cache_clear()
     monkeypatch.chdir(ROOT)  # from the course's folder: lessons/models/
-    correct("10.2", 3)
+    correct("11.2", 3)

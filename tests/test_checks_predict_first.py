@@ -13,11 +13,11 @@ import torch
 
 from attn.exercises import EXERCISES, exercise_ids
 from attn.exercises.answers import Number, _number_text, compare_without_answer, how_far, normalise, show
-from attn.exercises.lesson10 import EARLIER, LATER, single_repeat_sequence
+from attn.exercises.lesson11 import EARLIER, LATER, single_repeat_sequence
 from tests.verdicts import not_yet
 
 # Multiple choice: the options are listed in the statement, so a reply may name them all ("1, 2 or 3").
-OPTIONS_LISTED = {"10.2"}
+OPTIONS_LISTED = {"11.2"}
 NUMBER_EXERCISES = [
     exercise_id for exercise_id in exercise_ids()
     if isinstance(EXERCISES[exercise_id].expects, Number) and exercise_id not in OPTIONS_LISTED
@@ -46,7 +46,7 @@ def wrong_numbers(expected, whole):
 
 
 def test_the_sweep_covers_every_number_exercise():
-    assert {"2.2", "3.3", "5.3", "6.2", "6.3", "7.1", "7.3", "8.1", "8.3", "9.1", "10.3", "11.2", "11.4"} <= set(
+    assert {"2.2", "3.3", "5.3", "6.2", "6.3", "7.1", "7.3", "8.1", "8.2", "9.2", "10.1", "11.3", "12.2", "12.4"} <= set(
         NUMBER_EXERCISES
     )
 
@@ -132,7 +132,7 @@ def test_the_primers_exercise_2_names_whole_columns_picked_by_colon_targets():
 def test_exercise_9_2_names_a_mask_inverted_by_tilde():
     right = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
     for inverted in (~right, (~right).int(), ~right.numpy()):
-        reply = not_yet("9.2", inverted)
+        reply = not_yet("10.2", inverted)
         assert "True and False swapped" in reply and "True = may attend: drop the ~" in reply
 
 
@@ -142,29 +142,29 @@ def test_exercise_9_2_names_a_mask_inverted_by_tilde():
      (5, "each new query also sees the token after it, so the diagonal is one too high")],
 )
 def test_exercise_9_2_names_a_diagonal_off_by_one(diagonal, words):
-    assert words in not_yet("9.2", torch.ones(3, 7, dtype=torch.bool).tril(diagonal=diagonal))
+    assert words in not_yet("10.2", torch.ones(3, 7, dtype=torch.bool).tril(diagonal=diagonal))
 
 
 def test_exercise_10_3_names_positions_counted_from_1():
     tokens = single_repeat_sequence()[0].tolist()
     counted_from_1 = tokens[EARLIER + 1 - 1]  # "the token after position 7", read as the 8th token
-    reply = not_yet("10.3", counted_from_1)
+    reply = not_yet("11.3", counted_from_1)
     assert "positions count from 0, as printed above the tokens, and counted from 1" in reply
-    assert "one too far" in not_yet("10.3", tokens[EARLIER + 2])
-    assert "if it is a position counted from 1" in not_yet("10.3", EARLIER + 2)
-    assert "find the earlier position that holds the same token as position 22" in not_yet("10.3", 39)
+    assert "one too far" in not_yet("11.3", tokens[EARLIER + 2])
+    assert "if it is a position counted from 1" in not_yet("11.3", EARLIER + 2)
+    assert "find the earlier position that holds the same token as position 22" in not_yet("11.3", 39)
     for wrong in (counted_from_1, tokens[EARLIER + 2], EARLIER + 2, 39):
-        assert not shows_value(not_yet("10.3", wrong), tokens[EARLIER + 1]), wrong
+        assert not shows_value(not_yet("11.3", wrong), tokens[EARLIER + 1]), wrong
     assert tokens[LATER] == counted_from_1, "the sequence this test assumes"
 
 
 def test_exercise_8_3_names_a_forgotten_layernorm_shift():
     embed = 64
-    reply = not_yet("8.3", 12 * embed**2 + 13 * embed - 2 * embed)
+    reply = not_yet("9.2", 12 * embed**2 + 13 * embed - 2 * embed)
     assert "each LayerNorm's scale but not its shift" in reply
 
 
 def test_exercise_8_3_names_a_forgotten_out_proj():
     embed = 64
-    reply = not_yet("8.3", 12 * embed**2 + 13 * embed - (embed**2 + embed))
+    reply = not_yet("9.2", 12 * embed**2 + 13 * embed - (embed**2 + embed))
     assert "you left out the output projection, out_proj" in reply and "four projections, not three" in reply

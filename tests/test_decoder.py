@@ -26,7 +26,7 @@ def small_model(seed=0, **kwargs):
 
 @pytest.fixture(scope="module")
 def trained():
-    """The model of lesson 9, trained as the lesson trains it."""
+    """The model of lesson 10, trained as the lesson trains it."""
     torch.manual_seed(0)
     model = Decoder(vocab_size=10, max_length=16, embed_dim=32, num_heads=4, num_layers=2)
     losses = train(model, counting_sequences(16), steps=150, learning_rate=1e-2)

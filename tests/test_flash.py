@@ -1,4 +1,4 @@
-"""Lesson 11's package: the online softmax, tiled attention, its recomputing backward, measured against PyTorch.
+"""Lesson 12's package: the online softmax, tiled attention, its recomputing backward, measured against PyTorch.
 
 Tolerances (largest absolute difference from the reference): float64 1e-12, float32 2e-5, bfloat16
 (computed in float32, rounded once at the end) 2e-2 against a float32 reference, float16 2e-3.
@@ -291,7 +291,7 @@ def test_without_triton_the_kernel_says_so_in_a_sentence(monkeypatch):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real_find_spec(name, *a))
     assert not triton_kernels.triton_available()
-    assert triton_kernels.triton_status() == "No Triton here (it ships for Linux only): the rest of lesson 11 runs without it"
+    assert triton_kernels.triton_status() == "No Triton here (it ships for Linux only): the rest of lesson 12 runs without it"
     with pytest.raises(RuntimeError, match="No Triton here"):
         triton_kernels.flash_forward(*good())
     assert "def flash_forward_kernel(" in triton_kernels.kernel_source()  # reading it needs no Triton

@@ -83,7 +83,7 @@ def test_the_dry_run_runs_every_part(dry_run):
                 assert row["relative_error"] < 1e-5, row
         elif impl in ("sdpa efficient", "sdpa cudnn"):
             assert row["status"] == "absent" and "CUDA kernel" in row["reason"]
-        elif TRITON:  # lesson 11's kernel, run by Triton's interpreter
+        elif TRITON:  # lesson 12's kernel, run by Triton's interpreter
             assert row["status"] == "ok" and row["tflops"] > 0, row
             if length == result["sizes"]["lengths"][0]:
                 assert row["relative_error"] < 1e-5, row

@@ -1,4 +1,4 @@
-"""Lesson 10's task, model and measurements: the data is what it says, the model is causal, the
+"""Lesson 11's task, model and measurements: the data is what it says, the model is causal, the
 scores and the ablation give known answers on hand-built patterns, and training finds the heads."""
 
 import inspect
@@ -839,4 +839,4 @@ def test_forward_without_path_refuses_other_models_and_bad_tokens():
 
 def test_forward_without_path_prints_within_the_column():
     lines = inspect.getsource(forward_without_path).splitlines()
-    assert max(len(line) for line in lines) <= 78, "lesson 10 prints it"
+    assert max(len(line) for line in lines) <= 78, "lesson 11 prints it"

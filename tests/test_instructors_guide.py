@@ -186,7 +186,7 @@ def test_reading_times_follow_the_stated_rule(guide, reading):
             f"({counts}, {in_class} exercises in class)"
         )
     rule = section(guide, "## Outcomes and reading time")
-    constants = ("WORDS_PER_MINUTE", "SECONDS_PER_CODE_LINE", "MINUTES_PER_FIGURE", "MINUTES_PER_FORMULA")
+    constants = ("WORDS_PER_MINUTE", "CODE_CHARACTERS_PER_MINUTE", "MINUTES_PER_FIGURE", "MINUTES_PER_FORMULA")
     for constant in (*constants, "MINUTES_PER_EXERCISE"):
         assert str(getattr(reading_time, constant)) in rule, f"the guide states the rule's {constant}"
 
@@ -207,7 +207,7 @@ def test_the_reading_rule_counts_what_a_learner_meets():
         counts = reading_time.count(path)
     finally:
         path.unlink(missing_ok=True)
-    assert counts == reading_time.Counts(words=15, code_lines=2, figures=1, formulas=1, exercises=("1.1",))
+    assert counts == reading_time.Counts(words=15, code_characters=10, figures=1, formulas=1, exercises=("1.1",))
     for wrong in (None, "2", 2.0, True, -1, 2):
         with pytest.raises(ValueError, match="in_class must be a whole number from 0 to 1"):
             reading_time.reading_minutes(counts, wrong)

@@ -194,8 +194,8 @@ def test_a_model_decodes_through_preallocated_caches_as_through_kv_caches():
         torch.testing.assert_close(logits, model(tokens), atol=1e-5, rtol=0)
 
 
-def test_the_lines_lesson9_prints_from_the_layer_are_there():
-    """Lesson 9 prints MultiHeadAttention.forward from its key projection to the append."""
+def test_the_lines_lesson10_prints_from_the_layer_are_there():
+    """Lesson 10 prints MultiHeadAttention.forward from its key projection to the append."""
     import inspect
 
     lines = inspect.getsource(MultiHeadAttention.forward).splitlines()
@@ -204,8 +204,8 @@ def test_the_lines_lesson9_prints_from_the_layer_are_there():
     assert 0 < last - first < 10
 
 
-def test_the_append_lesson9_prints_fits_the_output_column():
-    """Lesson 9 prints KVCache.append: every line fits the book's output block (78 characters)."""
+def test_the_append_lesson10_prints_fits_the_output_column():
+    """Lesson 10 prints KVCache.append: every line fits the book's output block (78 characters)."""
     import inspect
 
     too_long = [line for line in inspect.getsource(KVCache.append).splitlines() if len(line) > 78]

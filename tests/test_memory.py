@@ -1,4 +1,4 @@
-"""attn.memory.peak_bytes counts what a function holds, and lesson 11's memory claims hold when measured with it.
+"""attn.memory.peak_bytes counts what a function holds, and lesson 12's memory claims hold when measured with it.
 
 The explicit path's peak grows like T^2 (4x per doubling), the tiled one's like T (2x), and the
 recomputing backward keeps a training step's memory linear.

@@ -1,4 +1,4 @@
-"""The teaching versions of lessons 8, 9 and 10 (loops written out in the lesson) agree with the attn package."""
+"""The teaching versions of lessons 8 to 11 (loops written out in the lesson) agree with the attn package."""
 
 import numpy as np
 import pytest
@@ -20,17 +20,22 @@ from tests.notebooks import ROOT, teaching_namespace
 
 @pytest.fixture(scope="module")
 def lesson8():
-    return teaching_namespace(ROOT / "lessons" / "08_order_and_blocks.ipynb")
+    return teaching_namespace(ROOT / "lessons" / "08_order.ipynb")
 
 
 @pytest.fixture(scope="module")
 def lesson9():
-    return teaching_namespace(ROOT / "lessons" / "09_generating.ipynb")
+    return teaching_namespace(ROOT / "lessons" / "09_transformer_block.ipynb")
 
 
 @pytest.fixture(scope="module")
 def lesson10():
-    return teaching_namespace(ROOT / "lessons" / "10_induction_heads.ipynb")
+    return teaching_namespace(ROOT / "lessons" / "10_generating.ipynb")
+
+
+@pytest.fixture(scope="module")
+def lesson11():
+    return teaching_namespace(ROOT / "lessons" / "11_induction_heads.ipynb")
 
 
 @given(st.integers(1, 40), st.integers(1, 12))
@@ -46,12 +51,12 @@ def test_sinusoidal_loop_follows_vaswani_at_known_entries(lesson8):
 
 
 @pytest.mark.parametrize("num_kv_heads", [None, 1])
-def test_generate_without_cache_equals_the_package_both_ways(lesson9, num_kv_heads):
+def test_generate_without_cache_equals_the_package_both_ways(lesson10, num_kv_heads):
     torch.manual_seed(0)
     model = Decoder(vocab_size=7, max_length=12, embed_dim=16, num_heads=2, num_layers=2, num_kv_heads=num_kv_heads).eval()
     prompt = torch.randint(7, (3, 2), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        taught = lesson9["generate_without_cache"](model, prompt, 10)
+        taught = lesson10["generate_without_cache"](model, prompt, 10)
     assert taught.shape == (3, 12)
     assert torch.equal(taught, generate(model, prompt, 10, use_cache=False))
     assert torch.equal(taught, generate(model, prompt, 10, use_cache=True))
@@ -64,15 +69,15 @@ def package_guesses(tokens):
 
 
 @given(seed=st.integers(0, 10_000), length=st.integers(1, 24), vocab_size=st.integers(1, 8))
-def test_the_lookup_dictionary_equals_previous_occurrence(lesson10, seed, length, vocab_size):
+def test_the_lookup_dictionary_equals_previous_occurrence(lesson11, seed, length, vocab_size):
     tokens = torch.randint(vocab_size, (1, length), generator=torch.Generator().manual_seed(seed))  # repeats of any kind
-    assert lesson10["predict_by_lookup"](tokens[0].tolist()) == package_guesses(tokens)
+    assert lesson11["predict_by_lookup"](tokens[0].tolist()) == package_guesses(tokens)
 
 
-def test_the_lookup_dictionary_on_a_repeated_block(lesson10):
+def test_the_lookup_dictionary_on_a_repeated_block(lesson11):
     data = make_repeat_data(1, length=20, block_lengths=6, block_start=2, seed=4)  # copies at 2-7 and 8-13
     tokens = data.tokens[0].tolist()
-    guesses = lesson10["predict_by_lookup"](tokens)
+    guesses = lesson11["predict_by_lookup"](tokens)
     assert guesses == package_guesses(data.tokens)
     assert [guesses[t] for t in range(8, 13)] == tokens[9:14], "every guess inside the second copy is right"
     assert all(guesses[t] is None for t in range(8)) and all(guesses[t] is None for t in range(14, 19))
@@ -87,46 +92,46 @@ def random_weights(seed, batch, heads, length):
 
 @given(seed=st.integers(0, 10_000), batch=st.integers(1, 4), length=st.integers(2, 20), vocab_size=st.integers(1, 10),
        keep=st.floats(0.2, 1.0))
-def test_the_lessons_scores_equal_the_package(lesson10, seed, batch, length, vocab_size, keep):
-    """Lesson 10's loop-and-index scores against attn.induction's, on random weights and tokens with repeats of any
+def test_the_lessons_scores_equal_the_package(lesson11, seed, batch, length, vocab_size, keep):
+    """Lesson 11's loop-and-index scores against attn.induction's, on random weights and tokens with repeats of any
     kind (a token may occur many times: both take its most recent earlier occurrence) and random chosen queries."""
     generator = torch.Generator().manual_seed(seed)
     weights = random_weights(seed, batch, 2, length)  # (B, H, T, T)
     tokens = torch.randint(vocab_size, (batch, length), generator=generator)
     chosen = torch.rand(batch, length, generator=generator) < keep  # (B, T) bool
-    found = lesson10["repeats"](tokens, chosen)
+    found = lesson11["repeats"](tokens, chosen)
     has_earlier = (previous_occurrence(tokens) >= 0) & chosen
     for head in range(2):
         head_weights = weights[:, head]  # (B, T, T)
-        torch.testing.assert_close(lesson10["previous_token_score"](head_weights), previous_token_scores(weights)[head])
+        torch.testing.assert_close(lesson11["previous_token_score"](head_weights), previous_token_scores(weights)[head])
         if not has_earlier.any():
             assert found.shape == (3, 0)
             continue
-        torch.testing.assert_close(lesson10["induction_score"](head_weights, found),
+        torch.testing.assert_close(lesson11["induction_score"](head_weights, found),
                                    induction_scores(weights, tokens, chosen)[head])
-        torch.testing.assert_close(lesson10["duplicate_token_score"](head_weights, found),
+        torch.testing.assert_close(lesson11["duplicate_token_score"](head_weights, found),
                                    duplicate_token_scores(weights, tokens, chosen)[head])
 
 
-def test_the_lessons_scores_on_known_patterns(lesson10):
+def test_the_lessons_scores_on_known_patterns(lesson11):
     """A head that looks one back scores 1 as a previous-token head; one that looks after the earlier copy scores 1
     as an induction head and 0 as a duplicate-token head, and the other way round."""
     data = make_repeat_data(3, length=16, block_lengths=5, block_start=2, vocab_size=20, seed=7)
     chosen = torch.nn.functional.pad(data.second_copy, (1, 0))  # (N, T): the queries of the second copy
-    found = lesson10["repeats"](data.tokens, chosen)
+    found = lesson11["repeats"](data.tokens, chosen)
     assert found.shape == (3, 3 * 4), "four queries per second copy have an earlier occurrence"
     one_back = torch.zeros(3, 16, 16)
     one_back[:, 0, 0] = 1
     one_back[:, torch.arange(1, 16), torch.arange(0, 15)] = 1
-    assert lesson10["previous_token_score"](one_back).item() == 1.0
+    assert lesson11["previous_token_score"](one_back).item() == 1.0
     after_copy = torch.zeros(3, 16, 16)
     sequences, queries, earlier = found
     after_copy[sequences, queries, earlier + 1] = 1
-    assert lesson10["induction_score"](after_copy, found).item() == 1.0
-    assert lesson10["duplicate_token_score"](after_copy, found).item() == 0.0
+    assert lesson11["induction_score"](after_copy, found).item() == 1.0
+    assert lesson11["duplicate_token_score"](after_copy, found).item() == 0.0
 
 
-# Lesson 8: rotary as a loop, the halves layout, LayerNorm and GELU by hand (issue 23).
+# Lessons 8 and 9: rotary as a loop, the halves layout; LayerNorm and GELU by hand (issue 23).
 
 
 def complex_rotary(x, positions):
@@ -174,25 +179,25 @@ def test_the_two_rotary_layouts_differ_without_the_reordering(lesson8):
 
 
 @given(st.integers(1, 4), st.integers(2, 24), st.integers(0, 10_000))
-def test_layer_norm_by_hand_equals_nn_layernorm(lesson8, tokens, embed, seed):
+def test_layer_norm_by_hand_equals_nn_layernorm(lesson9, tokens, embed, seed):
     generator = torch.Generator().manual_seed(seed)
     x = 3 * torch.randn(tokens, embed, dtype=torch.float64, generator=generator) + 5
     norm = torch.nn.LayerNorm(embed, dtype=torch.float64)
     with torch.no_grad():
         norm.weight.copy_(torch.randn(embed, generator=generator))
         norm.bias.copy_(torch.randn(embed, generator=generator))
-        torch.testing.assert_close(lesson8["layer_norm"](x, norm.weight, norm.bias), norm(x), rtol=0, atol=1e-12)
+        torch.testing.assert_close(lesson9["layer_norm"](x, norm.weight, norm.bias), norm(x), rtol=0, atol=1e-12)
 
 
-def test_layer_norm_divides_by_e_and_keeps_a_constant_token_finite(lesson8):
+def test_layer_norm_divides_by_e_and_keeps_a_constant_token_finite(lesson9):
     token = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
-    assert lesson8["layer_norm"](token, 1.0, 0.0)[-1].item() == pytest.approx(3 / np.sqrt(3.5 + 1e-5), rel=1e-12)
-    constant = lesson8["layer_norm"](torch.full((5,), 7.0, dtype=torch.float64), 1.0, 0.5)
+    assert lesson9["layer_norm"](token, 1.0, 0.0)[-1].item() == pytest.approx(3 / np.sqrt(3.5 + 1e-5), rel=1e-12)
+    constant = lesson9["layer_norm"](torch.full((5,), 7.0, dtype=torch.float64), 1.0, 0.5)
     torch.testing.assert_close(constant, torch.full((5,), 0.5, dtype=torch.float64))  # eps: 0 / sqrt(eps), not 0 / 0
 
 
-def test_gelu_by_hand_equals_nn_gelu_both_forms(lesson8):
+def test_gelu_by_hand_equals_nn_gelu_both_forms(lesson9):
     x = torch.linspace(-8, 8, 2001, dtype=torch.float64)
-    torch.testing.assert_close(lesson8["gelu"](x), torch.nn.GELU()(x), rtol=0, atol=1e-14)
-    torch.testing.assert_close(lesson8["gelu_tanh"](x), torch.nn.GELU(approximate="tanh")(x), rtol=0, atol=1e-14)
-    assert (lesson8["gelu_tanh"](x) - lesson8["gelu"](x)).abs().max() > 1e-5, "an approximation, not the same function"
+    torch.testing.assert_close(lesson9["gelu"](x), torch.nn.GELU()(x), rtol=0, atol=1e-14)
+    torch.testing.assert_close(lesson9["gelu_tanh"](x), torch.nn.GELU(approximate="tanh")(x), rtol=0, atol=1e-14)
+    assert (lesson9["gelu_tanh"](x) - lesson9["gelu"](x)).abs().max() > 1e-5, "an approximation, not the same function"

@@ -1,4 +1,4 @@
-"""Code that lessons 8 to 11 print fits the book's output block (78 characters)."""
+"""Code that lessons 8 to 12 print fits the book's output block (78 characters)."""
 
 import inspect
 

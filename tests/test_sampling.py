@@ -1,4 +1,4 @@
-"""attn.sampling: lesson 9's top-k and top-p loops equal the package; what each setting keeps; bad inputs refused."""
+"""attn.sampling: lesson 10's top-k and top-p loops equal the package; what each setting keeps; bad inputs refused."""
 
 import math
 
@@ -16,27 +16,27 @@ finite_logits = st.lists(st.floats(-20, 20, allow_nan=False), min_size=1, max_si
 
 
 @pytest.fixture(scope="module")
-def lesson9():
-    return teaching_namespace(ROOT / "lessons" / "09_generating.ipynb")
+def lesson10():
+    return teaching_namespace(ROOT / "lessons" / "10_generating.ipynb")
 
 
 @settings(max_examples=60, deadline=None)
 @given(values=finite_logits, k=st.integers(1, 14))
-def test_top_k_teaching_versions_equal_the_package(lesson9, values, k):
+def test_top_k_teaching_versions_equal_the_package(lesson10, values, k):
     logits = torch.tensor(values, dtype=torch.float64)
     expected = kept_probabilities(logits, top_k=k)
-    torch.testing.assert_close(lesson9["top_k_loop"](logits, k), expected)
-    torch.testing.assert_close(lesson9["top_k_probabilities"](logits, k), expected)
+    torch.testing.assert_close(lesson10["top_k_loop"](logits, k), expected)
+    torch.testing.assert_close(lesson10["top_k_probabilities"](logits, k), expected)
 
 
 @settings(max_examples=60, deadline=None)
 @given(values=finite_logits, p=st.floats(0.01, 1.0))
-def test_top_p_teaching_versions_equal_the_package(lesson9, values, p):
+def test_top_p_teaching_versions_equal_the_package(lesson10, values, p):
     logits = torch.tensor(values, dtype=torch.float64)
     probabilities = torch.softmax(logits, dim=-1)
     expected = kept_probabilities(logits, top_p=p)
-    torch.testing.assert_close(lesson9["top_p_loop"](probabilities, p), expected)
-    torch.testing.assert_close(lesson9["top_p_probabilities"](probabilities, p), expected)
+    torch.testing.assert_close(lesson10["top_p_loop"](probabilities, p), expected)
+    torch.testing.assert_close(lesson10["top_p_probabilities"](probabilities, p), expected)
 
 
 @given(values=finite_logits, k=st.integers(1, 14))

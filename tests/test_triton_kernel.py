@@ -1,4 +1,4 @@
-"""Lesson 11's Triton kernel against scaled_dot_product_attention: by the interpreter on a CPU, compiled on a GPU.
+"""Lesson 12's Triton kernel against scaled_dot_product_attention: by the interpreter on a CPU, compiled on a GPU.
 
 The kernel computes its tiles in float32; with float32 inputs its products are exact IEEE ones
 (input_precision="ieee"), so it agrees with PyTorch to 2e-5; bfloat16 (GPU only) to 2e-2.

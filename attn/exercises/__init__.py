@@ -20,6 +20,7 @@ from attn.exercises import (  # noqa: F401
     lesson09,
     lesson10,
     lesson11,
+    lesson12,
     primer,
 )
 from attn.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

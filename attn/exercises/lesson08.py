@@ -1,15 +1,16 @@
-"""Lesson 8's exercises: a rotary score predicted from the distance, a LayerNorm by hand, a block's size.
+"""Lesson 8's exercises: a rotary score predicted from the distance, and the period of a sinusoidal clock.
 
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
+
+import math
 
 from attn.exercises.answers import Number, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
 HEAD_DIM, SEED = 8, 8  # the lesson's q and k: torch.randn(2, 1, 8, float64) from a generator seeded with 8
 ASKED = (20, 17)  # exercise 8.1: (query position, key position); the lesson prints the score at (5, 2)
-NORMALISED = (1.0, 2.0, 3.0, 6.0)  # exercise 8.2: the token that nn.LayerNorm(4) normalises
-BLOCK_EMBED, BLOCK_HEADS = 64, 8  # exercise 8.3's TransformerBlock
+PERIOD_EMBED, PERIOD_PAIR = 32, 12  # exercise 8.2: pair i = 12 (features 24, 25) of E = 32
 
 
 def _rotary_vectors():
@@ -37,38 +38,6 @@ def _plain_score():
     return (q @ k.T).item()
 
 
-def _layer_norm_last(values=NORMALISED, unbiased=False, centred=True, root=True, eps=1e-5):
-    """The last entry of nn.LayerNorm(len(values)) at initialisation (scale 1, shift 0), by hand.
-
-    The keywords make the common mistakes: ``unbiased`` divides the squared deviations by n - 1,
-    ``centred=False`` forgets to subtract the mean from the entry (not from the variance),
-    ``root=False`` divides by the variance instead of its square root.
-    """
-    n = len(values)
-    mean = sum(values) / n
-    variance = sum((value - mean) ** 2 for value in values) / (n - 1 if unbiased else n)
-    spread = (variance + eps) ** 0.5 if root else variance + eps
-    return ((values[-1] - mean) if centred else values[-1]) / spread
-
-
-def _layer_norm_by_torch():
-    import torch
-
-    with torch.random.fork_rng(devices=[]), torch.no_grad():  # the learner's random numbers are left alone
-        norm = torch.nn.LayerNorm(len(NORMALISED), dtype=torch.float64)
-        return norm(torch.tensor(NORMALISED, dtype=torch.float64))[-1].item()
-
-
-def _block_parameters():
-    import torch
-
-    from attn.block import TransformerBlock
-
-    with torch.device("meta"):
-        block = TransformerBlock(BLOCK_EMBED, BLOCK_HEADS)
-    return sum(parameter.numel() for parameter in block.parameters())
-
-
 @exercise(
     "8.1",
     Number("your score"),
@@ -83,63 +52,38 @@ def _rotary_prediction(score, expected):
     return compare_without_answer(score, expected, "your score")
 
 
+def _period(pair=PERIOD_PAIR, exponent_index=None, full_turn=2 * math.pi):
+    """Positions per turn of sinusoidal pair ``pair``: full_turn * 10000^(exponent_index / E), exponent_index = 2i."""
+    exponent_index = 2 * pair if exponent_index is None else exponent_index
+    return full_turn * 10000 ** (exponent_index / PERIOD_EMBED)
+
+
 @exercise(
     "8.2",
-    Number("your last entry"),
-    solution=_layer_norm_by_torch,
+    Number("your period"),
+    solution=_period,
     success=(
-        "the mean is 3 and the variance (14 / 4, dividing by n = 4) is 3.5, so the last entry is "
-        "(6 - 3) / sqrt(3.5 + eps) = 1.60357 to 5 significant digits."
+        "pair 12 turns by 1 / 10000^(24/32) = 1/1000 of a radian per position, "
+        "so one turn takes 2 pi x 1000 = 6,283.2 positions."
     ),
 )
-def _layer_norm_entry(entry, expected):
-    values = NORMALISED
-    if matches(entry, _layer_norm_last(unbiased=True)):
+def _sinusoidal_period(period, expected):
+    if matches(period, _period(full_turn=1)):
+        return "that is 10000^(2i/E) alone, the positions per radian; a whole turn is 2 pi radians."
+    if matches(period, _period(exponent_index=PERIOD_PAIR)):
+        return "you put i = 12 in the exponent where the formula has 2i = 24 (the first feature of the pair)."
+    if matches(period, _period(exponent_index=4 * PERIOD_PAIR)):
+        return "you put 2 x 24 in the exponent: 24 is already the feature index 2i, so the exponent is 24 / 32."
+    if matches(period, 1 / _period(full_turn=1)):
         return (
-            "you divided the squared deviations by n - 1 = 3 (the unbiased estimator, the default of "
-            "torch.var); LayerNorm divides by n = 4."
+            "that is the angle the pair turns per position, theta_i; "
+            "the period is the positions for a whole turn, 2 pi / theta_i."
         )
-    if matches(entry, _layer_norm_last(centred=False)):
-        return "you divided the entry itself; subtract the mean from it first, then divide."
-    if matches(entry, values[-1] / (sum(value**2 for value in values) / len(values)) ** 0.5):
+    if matches(period, 1 / _period()):
+        return "that is turns per position, a frequency; the period is its inverse, positions per turn."
+    if matches(period, 2 * math.pi / _period(full_turn=1)):
         return (
-            "that divides the entry by the root of the mean of the squares, without subtracting the mean "
-            "first; LayerNorm centres the token before it measures its spread."
+            "that divides 2 pi by 10000^(2i/E); the angle per position is 1 / 10000^(2i/E), "
+            "so a turn takes 2 pi x 10000^(2i/E) positions."
         )
-    if matches(entry, _layer_norm_last(root=False)):
-        return "you divided by the variance; divide by its square root, the standard deviation."
-    if matches(entry, values[-1] - sum(values) / len(values)):
-        return "you subtracted the mean but did not divide by the standard deviation."
-    if matches(entry, _layer_norm_last(values=values[::-1])):
-        return "that is the first entry's value; the exercise asks for the last one, the 6."
-    return compare_without_answer(entry, expected, "your last entry")
-
-
-@exercise(
-    "8.3",
-    Number("your count", whole=True),
-    solution=_block_parameters,
-    success="4E^2 + 4E attention, 4E for two LayerNorms, 8E^2 + 5E for the MLP: 12E^2 + 13E = 49,984 at E = 64.",
-)
-def _block_count(count, expected):
-    embed = BLOCK_EMBED
-    attention, norms = 4 * embed**2 + 4 * embed, 4 * embed
-    if matches(count, 12 * embed**2):
-        return "that counts the weight matrices only; the linear layers have biases, and each LayerNorm a scale and a shift."
-    if matches(count, expected - norms):
-        return "you left out the two LayerNorms: each has a scale and a shift per feature, 2E parameters."
-    if matches(count, attention):
-        return "that is the attention layer alone; add the two LayerNorms and the MLP (E -> 4E -> E, with biases)."
-    if matches(count, expected - attention):
-        return "that leaves out the attention layer: four E x E projections with biases (lesson 6)."
-    if matches(count, expected - 2 * embed):
-        return (
-            "you counted each LayerNorm's scale but not its shift: a LayerNorm learns both, one of each per feature, "
-            "so each of the two has 2E parameters."
-        )
-    if matches(count, expected - (embed**2 + embed)):
-        return (
-            "you left out the output projection, out_proj: after the heads are joined again, one more E x E matrix "
-            "with E biases mixes them, so the attention layer has four projections, not three."
-        )
-    return compare_without_answer(count, expected, "your count")
+    return compare_without_answer(period, expected, "your period")

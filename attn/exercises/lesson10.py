@@ -1,203 +1,212 @@
-"""Lesson 10's exercises: where the two heads look, what the induction head does without the previous-token
-head, and what the model predicts after a single repeated token.
+"""Lesson 10's exercises: a KV cache's size, the mask a cached step needs, and decoding with a cache by hand.
 
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
 
-import functools
-from pathlib import Path
-
 import numpy as np
 
-from attn.exercises.answers import AnswerError, Array, Number, compare_without_answer, matches
+from attn.exercises.answers import Array, Function, Number, attempt, compare, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
-# Where exercise 10.2's check looks for the lesson's trained weights, in this order: the clone's lessons/models
-# beside the attn package (an editable install), then models/ and lessons/models/ under the current folder (the
-# lesson runs in lessons/, so an installed package finds the weights there too).
-MODELS = Path(__file__).resolve().parents[2] / "lessons" / "models"
-MODEL_FOLDERS = (MODELS, Path("models"), Path("lessons") / "models")
-
-SEQUENCE_SEED, QUERY = 16, 21  # exercise 10.1: make_repeat_data(1, seed=16), whose query 21 is in the second copy
-BLOCK_LENGTH = 8  # that sequence's block: positions 10-17, again at 18-25 (the tests check it)
-SINGLE_SEED, EARLIER, LATER = 3, 7, 22  # exercise 10.3: 32 distinct tokens, then token 22 set to token 7
-
-# Exercise 10.2's options: what zeroing the previous-token head does to the induction head's score.
-UNCHANGED, HALVED, COLLAPSED = 1, 2, 3
+# Exercise 10.1's model: 24 layers, 16 query heads of d = 128 sharing H_kv = 4 key/value heads, 32,768 tokens, bfloat16.
+LAYERS, HEADS, KV_HEADS, HEAD_DIM, CONTEXT, BYTES = 24, 16, 4, 128, 32_768, 2
+CACHED, NEW = 4, 3  # exercise 10.2: positions already cached, tokens in this call
+EMBED, LAYER_HEADS, BATCH, LENGTH = 16, 4, 2, 6  # exercise 10.3's layer and input
 
 
-def _sequence():
-    """Exercise 10.1's sequence, (T,) as a list of token ids."""
-    from attn.induction import make_repeat_data
-
-    return make_repeat_data(1, seed=SEQUENCE_SEED).tokens[0].tolist()
+def _cache_gib(kv_heads=KV_HEADS, bytes_per_number=BYTES, tensors=2):
+    return tensors * LAYERS * kv_heads * HEAD_DIM * CONTEXT * bytes_per_number / 2**30
 
 
-def _earlier_position(tokens, query):
-    return max(position for position in range(query) if tokens[position] == tokens[query])
+def _end_aligned(t_q, t_k):
+    return np.tril(np.ones((t_q, t_k), dtype=bool), k=t_k - t_q)  # (T_q, T_k): query i is position T_k - T_q + i
 
 
-def _where_heads_look():
-    tokens = _sequence()
-    return np.array([QUERY - 1, _earlier_position(tokens, QUERY) + 1])  # (previous-token key, induction key)
+def _layer_and_input():
+    """A fresh seeded layer and input (B, T, E), made without touching the learner's random numbers.
 
-
-def single_repeat_sequence():
-    """Exercise 10.3's sequence, (1, T) = (1, 32): distinct random tokens, except that token LATER equals token EARLIER."""
+    The layer notes every call made to it (see ``_watched_layer_class``), so the check can see how it was used.
+    """
     import torch
 
-    generator = torch.Generator().manual_seed(SINGLE_SEED)
-    tokens = torch.randperm(64, generator=generator)[:32]  # (T,): 32 distinct tokens
-    tokens[LATER] = tokens[EARLIER]
-    return tokens[None]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(9)
+        layer = _watched_layer_class()(EMBED, LAYER_HEADS).eval()
+        x = torch.randn(BATCH, LENGTH, EMBED)
+    return layer, x
 
 
-@functools.cache
-def _induction_score_without_previous_token_head():
-    """Layer 1's induction head's score on the second copy with layer 0's previous-token head zeroed, measured
-    (layers counted from 0, as the code and the lesson count them)."""
-    from attn.induction import TEST_SEED, ablate_head, head_scores, make_repeat_data
+def _watched_layer_class():
+    """A MultiHeadAttention that records, for every call, (tokens in the query, the cache, its length before the call)."""
+    from attn.kvcache import KVCache
+    from attn.multihead import MultiHeadAttention
 
-    model = _trained_two_layer_model()
-    data = make_repeat_data(500, seed=TEST_SEED)
-    previous, induction = head_scores(model, data)  # (layers, heads) each
-    previous_token_head, induction_head = int(previous[0].argmax()), int(induction[1].argmax())
-    with ablate_head(model, 0, previous_token_head):
-        _, ablated = head_scores(model, data)
-    return ablated[1, induction_head].item()
+    class WatchedMultiHeadAttention(MultiHeadAttention):
+        def forward(self, query, *arguments, **options):
+            cache = options.get("cache", arguments[6] if len(arguments) > 6 else None)
+            tokens = query.shape[1] if getattr(query, "ndim", 0) == 3 else None
+            self.calls.append((tokens, cache, len(cache) if isinstance(cache, KVCache) else None))
+            return super().forward(query, *arguments, **options)
 
+    def init(self, *arguments):
+        MultiHeadAttention.__init__(self, *arguments)
+        self.calls = []
 
-def _trained_two_layer_model():
-    """The lesson's two-layer model, from the first of MODEL_FOLDERS that holds it; AnswerError if none can be read."""
-    from attn.induction import load_trained, weights_path
-
-    folder = next((folder for folder in MODEL_FOLDERS if weights_path(folder, 2).is_file()), None)
-    if folder is None:
-        looked = ", ".join(str(folder) for folder in dict.fromkeys(MODEL_FOLDERS))
-        raise AnswerError(
-            f"this check measures lesson 10's trained model, {weights_path('', 2)}, and it is in none of the folders "
-            f"it looks in ({looked}); run the check from the lesson's folder, or make the models with "
-            "python -m attn.induction --out lessons/models."
-        )
-    try:
-        return load_trained(folder, 2)
-    except (OSError, ValueError, TypeError) as error:
-        raise AnswerError(f"this check measures lesson 10's trained model, but it cannot be loaded: {error}") from None
+    WatchedMultiHeadAttention.__init__ = init
+    return WatchedMultiHeadAttention
 
 
-def _option_measured():
-    score = _induction_score_without_previous_token_head()
-    return UNCHANGED if score > 0.8 else HALVED if score > 0.3 else COLLAPSED
+def _decoding_calls():
+    label = f"with a MultiHeadAttention({EMBED}, {LAYER_HEADS}) layer and x of shape {(BATCH, LENGTH, EMBED)}"
+    return [(label, _layer_and_input())]
+
+
+def decode_with_cache(layer, x):
+    """Exercise 10.3's solution: x (B, T, E) fed one token at a time through ``layer`` with a KV cache -> (B, T, E)."""
+    import torch
+
+    from attn.kvcache import KVCache
+
+    cache = KVCache()
+    outputs = []
+    for t in range(x.shape[1]):
+        token = x[:, t:t + 1]  # (B, 1, E)
+        outputs.append(layer(token, token, token, is_causal=True, cache=cache))  # (B, 1, E)
+    return torch.cat(outputs, dim=1)  # (B, T, E)
+
+
+def _known_mistakes():
+    """What a decoding loop gives without a cache, and what a non-causal full pass gives: each (B, T, E)."""
+    import torch
+
+    layer, x = _layer_and_input()
+    with torch.no_grad():
+        alone = torch.cat([layer(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1]) for t in range(LENGTH)], dim=1)
+        everything = layer(x, x, x)
+    return alone.numpy(), everything.numpy()
 
 
 @exercise(
     "10.1",
-    Array("your two key positions", kind="whole"),
-    solution=_where_heads_look,
-    success=(
-        f"the previous-token head looks one back, at {QUERY - 1}; the query's token occurred before at "
-        f"{QUERY - BLOCK_LENGTH}, so the induction head looks at the position after it, {QUERY - BLOCK_LENGTH + 1}."
-    ),
+    Number("your size in GiB"),
+    solution=_cache_gib,
+    success="2 x 24 layers x 4 key/value heads x 128 x 32,768 tokens x 2 bytes = 1.5 GiB for one sequence.",
 )
-def _where_they_look(positions, expected):
-    tokens = _sequence()
-    earlier = _earlier_position(tokens, QUERY)
-    if positions.shape != (2,):
-        return "give two positions in a list: [the previous-token head's key, the induction head's key]."
-    if matches(positions, expected[::-1]):
-        return "those are the right two positions the other way round: the previous-token head's key comes first."
-    if matches(positions, [tokens[QUERY - 1], tokens[earlier + 1]]):
-        return "those are the tokens at the two positions; give the positions themselves, counted from 0."
-    problems = []
-    if positions[0] == QUERY:
-        problems.append(f"position {QUERY} is the query itself; the previous-token head looks one position back")
-    elif positions[0] != expected[0]:
-        problems.append(f"the previous-token head's key is the position just before the query {QUERY}")
-    if positions[1] == earlier:
-        problems.append(
-            f"position {earlier} is where the query's token occurred before (a duplicate-token head looks there); "
-            "the induction head looks one position further, at the token that followed it"
-        )
-    elif positions[1] > QUERY:
-        problems.append(f"key {positions[1]} comes after the query; the causal mask hides it")
-    elif positions[1] != expected[1]:
-        problems.append(f"find where the query's token, {tokens[QUERY]}, occurred before, and take the position after it")
-    if problems:
-        return "; ".join(problems) + "."
-    return compare_without_answer(positions, expected, "your two key positions")
+def _cache_size(size, expected):
+    if matches(size, _cache_gib(kv_heads=HEADS)):
+        return "that counts all 16 query heads; the cache holds only the H_kv = 4 key/value heads."
+    if matches(size, _cache_gib(tensors=1)):
+        return "that is the keys alone; the cache holds keys and values, twice as much."
+    if matches(size, _cache_gib(bytes_per_number=4)):
+        return "that counts 4 bytes per number (float32); bfloat16 uses 2."
+    if matches(size, expected * 2**30, atol=1):
+        return "that is the size in bytes; divide by 2**30 for GiB."
+    if matches(size, expected * 2**30 / 1e9):
+        return "that is in GB (10**9 bytes); a GiB is 2**30 bytes."
+    if matches(size, expected * 1024):
+        return "that is in MiB; divide by 1024 for GiB."
+    return compare_without_answer(size, expected, "your size in GiB")
 
 
 @exercise(
     "10.2",
-    Number("your option", whole=True),
-    solution=_option_measured,
-    success=(
-        "without the previous-token head no key says which token came before it, so the induction head cannot find "
-        "its key: its weight there falls to near 0, although its own weights are unchanged."
-    ),
+    Array("your mask", kind="mask", meaning="True = may attend"),
+    solution=lambda: _end_aligned(NEW, CACHED + NEW),
+    success="the 3 new queries are positions 4, 5 and 6, so the triangle is aligned to the end: tril(diagonal=4).",
 )
-def _without_the_previous_token_head(option, expected):
-    if option.shape != ():
-        return compare_without_answer(option, expected, "your option")
-    option = int(option)
-    if option not in (UNCHANGED, HALVED, COLLAPSED):
-        return "give the number of one option: 1, 2 or 3."
-    if option == expected:
-        return None
-    if option == UNCHANGED:
+def _step_mask(mask, expected):
+    pattern = mask.astype(bool)
+    if pattern.shape == (CACHED + NEW, CACHED + NEW):
+        return "this call has T_q = 3 queries (the new tokens) against T_k = 7 keys: the mask is (3, 7), one row per new token."
+    if matches(pattern, np.tril(np.ones((NEW, CACHED + NEW), dtype=bool))):
         return (
-            "the induction head's own weights are untouched, but what it matches against is not: its keys carry "
-            "'the token before me' only because the previous-token head wrote it there."
+            "that triangle starts at the top-left, as PyTorch's is_causal=True builds it: new query 0 would see only key 0. "
+            "New query i is position 4 + i, so it may see keys 0 to 4 + i."
         )
-    if option == HALVED:
+    if matches(pattern, np.ones((NEW, CACHED + NEW), dtype=bool)):
+        return "with every entry True the first new token would see the two tokens after it; it is position 4, so keys 0 to 4."
+    mistake = _step_mask_mistake(pattern, expected)
+    if mistake is not None:
+        return mistake
+    problem = compare(pattern, expected, "your mask")
+    if problem is None and mask.dtype != bool:
+        return f"the pattern is right, but your mask holds {mask.dtype} numbers; attention functions want dtype=bool."
+    return problem
+
+
+def _step_mask_mistake(pattern, expected):
+    """The hint for a (T_q, T_k) mask that is a common mistake of exercise 10.2, or None."""
+    if matches(pattern, ~expected):
         return (
-            "the previous-token head is the only head that writes the token before each position; "
-            "the other layer-0 head looks at earlier copies of the current token, which does not say what came before."
+            "that is the right triangle with True and False swapped, as if True meant blocked (the convention of "
+            "nn.MultiheadAttention's masks); the course's masks, like scaled_dot_product_attention's, mean "
+            "True = may attend: drop the ~."
         )
-    return "look again at the score table and the ablation table above."
+    if matches(pattern, _triangle(diagonal=CACHED - 1)):
+        return (
+            f"each new query misses its own key, so the diagonal is one too low: new query i is position {CACHED} + i "
+            f"and may see keys 0 to {CACHED} + i, itself included, which is tril(diagonal=T_k - T_q)."
+        )
+    if matches(pattern, _triangle(diagonal=CACHED + 1)):
+        return (
+            f"each new query also sees the token after it, so the diagonal is one too high: new query i is position "
+            f"{CACHED} + i and may see keys 0 to {CACHED} + i, no further, which is tril(diagonal=T_k - T_q)."
+        )
+    return None
+
+
+def _triangle(diagonal):
+    """The (T_q, T_k) = (3, 7) keep-mask np.tril(..., k=diagonal): exercise 10.2's answer has diagonal 4."""
+    return np.tril(np.ones((NEW, CACHED + NEW), dtype=bool), k=diagonal)
 
 
 @exercise(
     "10.3",
-    Number("your predicted token", whole=True),
-    solution=lambda: int(single_repeat_sequence()[0, EARLIER + 1]),
-    success=(
-        f"the token at {LATER} occurred before at {EARLIER}, and the token after that is the one the induction head "
-        "copies: one earlier pair is enough, no repeated block needed."
-    ),
+    Function("your decoding function", calls=_decoding_calls, returns=Array("the outputs")),
+    solution=lambda: decode_with_cache,
+    success="one token per call with one KVCache gives every row of the full causal pass, layer(x, x, x, is_causal=True).",
 )
-def _after_a_single_repeat(token, expected):
-    tokens = single_repeat_sequence()[0].tolist()
-    if token.shape != () or matches(token, expected):
-        return compare_without_answer(token, expected, "your predicted token")
-    token = int(token)
-    if token == tokens[LATER]:
+def _decoding_by_hand(decoded, expected):
+    output, target = decoded.outputs[0], expected.outputs[0]
+    if output.shape == target[:, -1:].shape or output.shape == target[:, -1].shape:
+        return "your function returned the last step only; collect every step's output and concatenate them along T."
+    if output.shape != target.shape:
+        return f"your function returned shape {output.shape}; expected one output row per token, {target.shape}."
+    alone, everything = _known_mistakes()
+    if matches(output, alone, atol=1e-5):
+        return "each step saw only its own token: create one KVCache before the loop and pass it as cache= to every call."
+    if matches(output, everything, atol=1e-5):
+        return "every token saw all the others, later ones too: feed one token per call, with the cache, and is_causal=True."
+    problem = compare(output, target, "what your function returned", atol=1e-5)
+    calls, error = _watched_calls(decoded.function)
+    if calls and calls[0][2]:
         return (
-            f"{token} is the repeated token itself, at positions {EARLIER} and {LATER}, and the model copies the token "
-            f"that follows its earlier occurrence; positions count from 0, as printed above the tokens, and counted "
-            f"from 1, 'the token after position {EARLIER}' lands on the repeated token."
+            f"your KVCache already held {calls[0][2]} positions when your function started (left from an earlier run): "
+            "create it inside your function, so that every run starts with an empty cache."
         )
-    if token == tokens[EARLIER - 1]:
-        return f"{token} came before the earlier occurrence; the induction head looks at the token after it."
-    if token == tokens[LATER - 1]:
-        return f"{token} is the token just before the query; the induction head looks back to position {EARLIER}."
-    if len(tokens) > LATER + 1 and token == tokens[LATER + 1]:
-        return f"{token} is the token actually at position {LATER + 1}, which the model cannot see; nothing predicts it."
-    if token == tokens[EARLIER + 2]:
-        return (
-            f"{token} is two tokens after the earlier occurrence, one too far; positions count from 0, as printed "
-            f"above the tokens, and the induction head copies the token right after position {EARLIER}."
-        )
-    if token == EARLIER + 1:
-        return f"{EARLIER + 1} is the position of the answer; give the token at that position."
-    if token == EARLIER + 2:
-        return (
-            f"{EARLIER + 2} is not the token the model predicts; if it is a position counted from 1, positions count "
-            "from 0, as printed above the tokens, and the answer is the token id at a position, not the position."
-        )
-    if not 0 <= token < 64:
-        return "a token id lies between 0 and 63."
-    return (
-        f"{token} is not the token the model predicts: find the earlier position that holds the same token as "
-        f"position {LATER}, and give the token right after it."
-    )
+    return problem or _usage_problem(calls, error)
+
+
+def _watched_calls(function):
+    """Run ``function`` once more on a watched layer: its calls (tokens, cache, cached positions), and any error."""
+    layer, x = _layer_and_input()
+    _, error = attempt(function, layer, x)
+    return layer.calls, error
+
+
+def _usage_problem(calls, error):
+    """None if the calls were T calls of one token each through one KVCache, else what the function did instead."""
+    if error is not None:
+        return f"your function gave the right numbers once, but raised {type(error).__name__} when run again on a fresh layer."
+    if not calls:
+        return "your function never called the layer it was given; feed x through it, one token per call."
+    tokens, caches, _ = zip(*calls, strict=True)
+    instead = f"the exercise asks for {LENGTH} calls of one token each, all with cache= one KVCache"
+    if any(cache is None for cache in caches):
+        return f"the numbers are right, but the layer was called without a cache; {instead}."
+    if len({id(cache) for cache in caches}) > 1:
+        return f"the numbers are right, but your calls used {len({id(cache) for cache in caches})} different caches; {instead}."
+    if any(count != 1 for count in tokens) or len(tokens) != LENGTH:
+        fed = ", ".join(str(count) for count in tokens)
+        return f"the numbers are right, but your calls fed {fed} tokens; {instead}."
+    return None

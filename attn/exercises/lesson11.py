@@ -1,201 +1,203 @@
-"""Lesson 11's exercises: the running statistics of the online softmax, the tiles a causal kernel skips,
-the rescaling step written by the learner, and what the explicit path's scores weigh at T = 32,768.
+"""Lesson 11's exercises: where the two heads look, what the induction head does without the previous-token
+head, and what the model predicts after a single repeated token.
 
-Each is predict-first or checked on hidden rows: a wrong answer is told what kind of mistake it looks
-like and how far off it is in words, never the expected value.
+torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
 
-import math
+import functools
+from pathlib import Path
 
 import numpy as np
 
-from attn.exercises.answers import Array, Function, Number, how_far, matches
+from attn.exercises.answers import AnswerError, Array, Number, compare_without_answer, matches
 from attn.exercises.registry import exercise
 
-# Exercise 11.1: one row of nine scores read in blocks of three.
-ROW = np.array([2.0, 0.5, 1.0, 3.0, 1.0, 0.0, 1.0, 5.0, 2.0])
-BLOCK = 3
-# Exercise 11.2: a causal kernel's tile grid.
-LENGTH, TILE = 4096, 128
-# Exercise 11.4: the explicit path's scores, float32.
-BATCH, HEADS, LONG, FLOAT32 = 4, 16, 32_768, 4
+# Where exercise 11.2's check looks for the lesson's trained weights, in this order: the clone's lessons/models
+# beside the attn package (an editable install), then models/ and lessons/models/ under the current folder (the
+# lesson runs in lessons/, so an installed package finds the weights there too).
+MODELS = Path(__file__).resolve().parents[2] / "lessons" / "models"
+MODEL_FOLDERS = (MODELS, Path("models"), Path("lessons") / "models")
+
+SEQUENCE_SEED, QUERY = 16, 21  # exercise 11.1: make_repeat_data(1, seed=16), whose query 21 is in the second copy
+BLOCK_LENGTH = 8  # that sequence's block: positions 10-17, again at 18-25 (the tests check it)
+SINGLE_SEED, EARLIER, LATER = 3, 7, 22  # exercise 11.3: 32 distinct tokens, then token 22 set to token 7
+
+# Exercise 11.2's options: what zeroing the previous-token head does to the induction head's score.
+UNCHANGED, HALVED, COLLAPSED = 1, 2, 3
 
 
-def running_statistics(scores, block_size, blocks):
-    """(running maximum, running sum of exp(score - maximum)) after the first ``blocks`` blocks of a row."""
-    row_max, row_sum = -math.inf, 0.0
-    for start in range(0, blocks * block_size, block_size):
-        row_max, row_sum = update_statistics(row_max, row_sum, scores[start:start + block_size])
-    return np.array([row_max, row_sum])
+def _sequence():
+    """Exercise 11.1's sequence, (T,) as a list of token ids."""
+    from attn.induction import make_repeat_data
+
+    return make_repeat_data(1, seed=SEQUENCE_SEED).tokens[0].tolist()
 
 
-def update_statistics(row_max, row_sum, block):
-    """Exercise 11.3's solution: the running maximum and sum after one more block of scores (1-D)."""
-    new_max = max(row_max, float(np.max(block)))
-    new_sum = row_sum * math.exp(row_max - new_max) + float(np.exp(block - new_max).sum())
-    return new_max, new_sum
+def _earlier_position(tokens, query):
+    return max(position for position in range(query) if tokens[position] == tokens[query])
+
+
+def _where_heads_look():
+    tokens = _sequence()
+    return np.array([QUERY - 1, _earlier_position(tokens, QUERY) + 1])  # (previous-token key, induction key)
+
+
+def single_repeat_sequence():
+    """Exercise 11.3's sequence, (1, T) = (1, 32): distinct random tokens, except that token LATER equals token EARLIER."""
+    import torch
+
+    generator = torch.Generator().manual_seed(SINGLE_SEED)
+    tokens = torch.randperm(64, generator=generator)[:32]  # (T,): 32 distinct tokens
+    tokens[LATER] = tokens[EARLIER]
+    return tokens[None]
+
+
+@functools.cache
+def _induction_score_without_previous_token_head():
+    """Layer 1's induction head's score on the second copy with layer 0's previous-token head zeroed, measured
+    (layers counted from 0, as the code and the lesson count them)."""
+    from attn.induction import TEST_SEED, ablate_head, head_scores, make_repeat_data
+
+    model = _trained_two_layer_model()
+    data = make_repeat_data(500, seed=TEST_SEED)
+    previous, induction = head_scores(model, data)  # (layers, heads) each
+    previous_token_head, induction_head = int(previous[0].argmax()), int(induction[1].argmax())
+    with ablate_head(model, 0, previous_token_head):
+        _, ablated = head_scores(model, data)
+    return ablated[1, induction_head].item()
+
+
+def _trained_two_layer_model():
+    """The lesson's two-layer model, from the first of MODEL_FOLDERS that holds it; AnswerError if none can be read."""
+    from attn.induction import load_trained, weights_path
+
+    folder = next((folder for folder in MODEL_FOLDERS if weights_path(folder, 2).is_file()), None)
+    if folder is None:
+        looked = ", ".join(str(folder) for folder in dict.fromkeys(MODEL_FOLDERS))
+        raise AnswerError(
+            f"this check measures lesson 11's trained model, {weights_path('', 2)}, and it is in none of the folders "
+            f"it looks in ({looked}); run the check from the lesson's folder, or make the models with "
+            "python -m attn.induction --out lessons/models."
+        )
+    try:
+        return load_trained(folder, 2)
+    except (OSError, ValueError, TypeError) as error:
+        raise AnswerError(f"this check measures lesson 11's trained model, but it cannot be loaded: {error}") from None
+
+
+def _option_measured():
+    score = _induction_score_without_previous_token_head()
+    return UNCHANGED if score > 0.8 else HALVED if score > 0.3 else COLLAPSED
 
 
 @exercise(
     "11.1",
-    Array("your running maximum and sum"),
-    solution=lambda: running_statistics(ROW, BLOCK, 2),
+    Array("your two key positions", kind="whole"),
+    solution=_where_heads_look,
     success=(
-        "the second block raises the maximum from 2 to 3, so the first block's sum is scaled by exp(2 - 3) "
-        "before the second block's exps, measured against 3, are added."
+        f"the previous-token head looks one back, at {QUERY - 1}; the query's token occurred before at "
+        f"{QUERY - BLOCK_LENGTH}, so the induction head looks at the position after it, {QUERY - BLOCK_LENGTH + 1}."
     ),
 )
-def _running_statistics(statistics, expected):
-    if matches(statistics, expected):
-        return None
-    if statistics.shape != (2,):
-        return "give two numbers in a list: [the running maximum, the running sum]."
-    if matches(statistics, expected[::-1]):
-        return "those are the right two numbers the other way round: the maximum comes first, then the sum."
-    first, third = running_statistics(ROW, BLOCK, 1), running_statistics(ROW, BLOCK, 3)
-    if matches(statistics, first):
-        return "those are the statistics after the first block; read the second block too."
-    if matches(statistics, third):
-        return "those are the statistics after the third block, the whole row; stop after the second."
-    if not matches(statistics[:1], expected[:1]):
-        return "your running maximum is off: it is the largest score in the first two blocks."
-    old_max, old_sum = first
-    second = ROW[BLOCK:2 * BLOCK]
-    new_exps = np.exp(second - expected[0]).sum()
-    if matches(statistics[1:], [old_sum + new_exps]):
-        return (
-            "your maximum is right, but the first block's sum was measured against the old maximum: "
-            "multiply it by exp(m_old - m_new) before adding the new block's exps."
+def _where_they_look(positions, expected):
+    tokens = _sequence()
+    earlier = _earlier_position(tokens, QUERY)
+    if positions.shape != (2,):
+        return "give two positions in a list: [the previous-token head's key, the induction head's key]."
+    if matches(positions, expected[::-1]):
+        return "those are the right two positions the other way round: the previous-token head's key comes first."
+    if matches(positions, [tokens[QUERY - 1], tokens[earlier + 1]]):
+        return "those are the tokens at the two positions; give the positions themselves, counted from 0."
+    problems = []
+    if positions[0] == QUERY:
+        problems.append(f"position {QUERY} is the query itself; the previous-token head looks one position back")
+    elif positions[0] != expected[0]:
+        problems.append(f"the previous-token head's key is the position just before the query {QUERY}")
+    if positions[1] == earlier:
+        problems.append(
+            f"position {earlier} is where the query's token occurred before (a duplicate-token head looks there); "
+            "the induction head looks one position further, at the token that followed it"
         )
-    if matches(statistics[1:], [old_sum * math.exp(expected[0] - old_max) + new_exps]):
-        return (
-            "your maximum is right, but the rescaling runs the wrong way: "
-            "exp(m_old - m_new) is below 1 when the maximum rises."
-        )
-    if matches(statistics[1:], [np.exp(ROW[:2 * BLOCK]).sum()]):
-        return "your maximum is right, but your sum adds exp(score) itself; the running sum adds exp(score - running maximum)."
-    return "your maximum is right; " + how_far(statistics[1], expected[1], "your sum")
+    elif positions[1] > QUERY:
+        problems.append(f"key {positions[1]} comes after the query; the causal mask hides it")
+    elif positions[1] != expected[1]:
+        problems.append(f"find where the query's token, {tokens[QUERY]}, occurred before, and take the position after it")
+    if problems:
+        return "; ".join(problems) + "."
+    return compare_without_answer(positions, expected, "your two key positions")
 
 
 @exercise(
     "11.2",
-    Number("your number of skipped tiles", whole=True),
-    solution=lambda: _tile_counts()[1] - _tile_counts()[0],
+    Number("your option", whole=True),
+    solution=_option_measured,
     success=(
-        "of the 32 x 32 = 1,024 tiles, the 32 on the diagonal and the 496 below it are read; the 496 above it "
-        "hold only keys in every query's future, and a causal kernel never loads them."
+        "without the previous-token head no key says which token came before it, so the induction head cannot find "
+        "its key: its weight there falls to near 0, although its own weights are unchanged."
     ),
 )
-def _skipped_tiles(skipped, expected):
-    read, total = _tile_counts()
-    per_side = LENGTH // TILE
-    if skipped.shape != ():
-        return "give one whole number: how many tiles the kernel never reads."
-    count = int(skipped)
-    if count == expected:
+def _without_the_previous_token_head(option, expected):
+    if option.shape != ():
+        return compare_without_answer(option, expected, "your option")
+    option = int(option)
+    if option not in (UNCHANGED, HALVED, COLLAPSED):
+        return "give the number of one option: 1, 2 or 3."
+    if option == expected:
         return None
-    if count == read:
-        return "that is the number of tiles the kernel reads; the question asks how many it skips."
-    if count == total // 2:
+    if option == UNCHANGED:
         return (
-            "half the grid would be right if the diagonal tiles could be skipped too, but each of them holds some "
-            "keys that some of its queries may see, so it is read (and masked inside)."
+            "the induction head's own weights are untouched, but what it matches against is not: its keys carry "
+            "'the token before me' only because the previous-token head wrote it there."
         )
-    if count == total:
-        return "that is every tile in the grid; the tiles on and below the diagonal must still be read."
-    if count in (per_side, total - per_side):
-        return "count the tiles wholly above the diagonal: in row i of the grid, the tiles after the diagonal one."
-    if not 0 <= count <= total:
-        return f"the grid has {per_side} x {per_side} tiles, so the count lies between 0 and that."
-    return how_far(count, expected, "your count")
-
-
-def _tile_counts():
-    """(tiles read, tiles in the grid) for causal attention at T = 4096 in tiles of 128 x 128."""
-    per_side = LENGTH // TILE
-    read = per_side * (per_side + 1) // 2
-    return read, per_side * per_side
-
-
-def _update_calls():
-    """Hidden blocks: the first (nothing read yet), one that raises the maximum, one that does not, one with -inf."""
-    rows = [
-        ("on the first block (running maximum -inf, sum 0)", (-math.inf, 0.0, np.array([0.5, -1.0, 2.0]))),
-        ("on a block that raises the maximum", (1.0, 2.5, np.array([4.0, 0.0, 3.5, -2.0]))),
-        ("on a block that does not raise the maximum", (6.0, 1.75, np.array([1.0, 5.5]))),
-        ("on a block with masked (-inf) scores", (2.0, 1.2, np.array([-math.inf, 3.0, -math.inf]))),
-    ]
-    return [(label, (row_max, row_sum, block.copy())) for label, (row_max, row_sum, block) in rows]
-
-
-def _not_finite_hint():
-    return (
-        "on the first block the running maximum is -inf; the new maximum, the larger of it and the block's, "
-        "is finite, and exp(m_old - m_new) with that new maximum multiplies the old sum 0 by exp(-inf) = 0"
-    )
+    if option == HALVED:
+        return (
+            "the previous-token head is the only head that writes the token before each position; "
+            "the other layer-0 head looks at earlier copies of the current token, which does not say what came before."
+        )
+    return "look again at the score table and the ablation table above."
 
 
 @exercise(
     "11.3",
-    Function(
-        "your update function",
-        calls=_update_calls,
-        returns=Array("[new maximum, new sum]", if_not_finite=_not_finite_hint()),
-    ),
-    solution=lambda: update_statistics,
-    success="exp(m_old - m_new) brings the old sum into the new maximum's units, so every block is read once.",
-)
-def _update(updated, expected):
-    for (label, (row_max, row_sum, block)), output, target in zip(
-        _update_calls(), updated.outputs, expected.outputs, strict=True
-    ):
-        if output.shape != (2,):
-            return f"called {label}, your function should return two numbers, (new maximum, new sum)."
-        if matches(output, target):
-            continue
-        if not matches(output[:1], target[:1]):
-            return f"called {label}, your new maximum is off: it is the larger of the running maximum and the block's."
-        new_max = target[0]
-        new_exps = np.exp(block - new_max).sum()
-        if matches(output[1:], [row_sum + new_exps]):
-            return f"called {label}, the old sum was not rescaled: multiply it by exp(m_old - m_new) first."
-        if matches(output[1:], [row_sum * math.exp(new_max - row_max) + new_exps]) and new_max != row_max:
-            return f"called {label}, the rescaling runs the wrong way: use exp(m_old - m_new), not exp(m_new - m_old)."
-        if matches(output[1:], [row_sum * math.exp(row_max - new_max) + np.exp(block).sum()]):
-            return f"called {label}, the block's exps are not shifted: add exp(score - m_new), not exp(score)."
-        return f"called {label}, " + how_far(output[1], target[1], "your new sum")
-    return None
-
-
-@exercise(
-    "11.4",
-    Number("your size in GiB"),
-    solution=lambda: _scores_gib(),
+    Number("your predicted token", whole=True),
+    solution=lambda: int(single_repeat_sequence()[0, EARLIER + 1]),
     success=(
-        "4 x 16 x 32,768 x 32,768 scores x 4 bytes = 256 GiB, more than three H100s hold, for one matrix the "
-        "tiled kernel never builds."
+        f"the token at {LATER} occurred before at {EARLIER}, and the token after that is the one the induction head "
+        "copies: one earlier pair is enough, no repeated block needed."
     ),
 )
-def _scores_size(size, expected):
-    if size.shape != ():
-        return "give one number, in GiB."
-    if matches(size, expected):
-        return None
-    mistakes = {
-        _scores_gib(batch=1, heads=1): "that is one head of one sequence; the batch has 4 sequences of 16 heads each.",
-        _scores_gib(heads=1): "that counts one head per sequence; each of the 4 sequences has 16 heads.",
-        _scores_gib(batch=1): "that counts one sequence; the batch holds 4.",
-        _scores_gib(bytes_per_number=2): "that counts 2 bytes per score; float32 takes 4.",
-        2 * _scores_gib(): "that counts the scores and the weights; the question asks for the scores alone.",
-        _scores_gib() * 2**30 / 1e9: "that is in GB (10**9 bytes); a GiB is 2**30 bytes.",
-    }
-    for wrong, hint in mistakes.items():
-        if matches(size, wrong):
-            return hint
-    if matches(size, expected * 2**30, atol=1):
-        return "that is the size in bytes; divide by 2**30 for GiB."
-    return how_far(size, expected, "your size")
-
-
-def _scores_gib(batch=BATCH, heads=HEADS, bytes_per_number=FLOAT32):
-    return batch * heads * LONG * LONG * bytes_per_number / 2**30
+def _after_a_single_repeat(token, expected):
+    tokens = single_repeat_sequence()[0].tolist()
+    if token.shape != () or matches(token, expected):
+        return compare_without_answer(token, expected, "your predicted token")
+    token = int(token)
+    if token == tokens[LATER]:
+        return (
+            f"{token} is the repeated token itself, at positions {EARLIER} and {LATER}, and the model copies the token "
+            f"that follows its earlier occurrence; positions count from 0, as printed above the tokens, and counted "
+            f"from 1, 'the token after position {EARLIER}' lands on the repeated token."
+        )
+    if token == tokens[EARLIER - 1]:
+        return f"{token} came before the earlier occurrence; the induction head looks at the token after it."
+    if token == tokens[LATER - 1]:
+        return f"{token} is the token just before the query; the induction head looks back to position {EARLIER}."
+    if len(tokens) > LATER + 1 and token == tokens[LATER + 1]:
+        return f"{token} is the token actually at position {LATER + 1}, which the model cannot see; nothing predicts it."
+    if token == tokens[EARLIER + 2]:
+        return (
+            f"{token} is two tokens after the earlier occurrence, one too far; positions count from 0, as printed "
+            f"above the tokens, and the induction head copies the token right after position {EARLIER}."
+        )
+    if token == EARLIER + 1:
+        return f"{EARLIER + 1} is the position of the answer; give the token at that position."
+    if token == EARLIER + 2:
+        return (
+            f"{EARLIER + 2} is not the token the model predicts; if it is a position counted from 1, positions count "
+            "from 0, as printed above the tokens, and the answer is the token id at a position, not the position."
+        )
+    if not 0 <= token < 64:
+        return "a token id lies between 0 and 63."
+    return (
+        f"{token} is not the token the model predicts: find the earlier position that holds the same token as "
+        f"position {LATER}, and give the token right after it."
+    )

@@ -42,7 +42,7 @@ def exercise(exercise_id, expects, solution, success):
 
 
 def exercise_ids():
-    """The registered ids in reading order: 1.1, 1.2, ..., 5.3, P.1, ..., P.4, 6.1, ..., 11.4."""
+    """The registered ids in reading order: 1.1, 1.2, ..., 5.3, P.1, ..., P.4, 6.1, ..., 12.4."""
     return sorted(EXERCISES, key=_reading_order)
 
 
@@ -71,7 +71,7 @@ def verdict(exercise_id, answer=...):
         return _line("Not yet", _unknown_id(exercise_id))
     try:
         answer = normalise(answer, found.expects)
-        # The course's own answer: an AnswerError here means it cannot be computed on this machine (lesson 10's
+        # The course's own answer: an AnswerError here means it cannot be computed on this machine (lesson 11's
         # checks need the trained models) and says why; any other error is a bug.
         expected = normalise(found.solution(), found.expects)
         problem = found.judge(answer, expected)

@@ -1,15 +1,15 @@
-"""Lesson 11's self-checks: right answers pass, each common mistake is named, and no reply gives the answer away."""
+"""Lesson 12's self-checks: right answers pass, each common mistake is named, and no reply gives the answer away."""
 
 import math
 
 import numpy as np
 import pytest
 
-from attn.exercises.lesson11 import ROW, running_statistics, update_statistics
+from attn.exercises.lesson12 import ROW, running_statistics, update_statistics
 from attn.exercises.registry import verdict
 
 # The expected values, written as a learner would see them printed; none may appear in a "Not yet" reply.
-ANSWERS = {"11.1": ("1.770", "1.77"), "11.2": ("496",), "11.4": ("256",)}
+ANSWERS = {"12.1": ("1.770", "1.77"), "12.2": ("496",), "12.4": ("256",)}
 
 
 def not_yet(exercise_id, answer, words):
@@ -21,7 +21,7 @@ def not_yet(exercise_id, answer, words):
 
 @pytest.mark.parametrize(
     ("exercise_id", "answer"),
-    [("11.1", [3.0, 1.7704221]), ("11.2", 496), ("11.3", update_statistics), ("11.4", 256.0)],
+    [("12.1", [3.0, 1.7704221]), ("12.2", 496), ("12.3", update_statistics), ("12.4", 256.0)],
 )
 def test_right_answers_are_correct(exercise_id, answer):
     assert verdict(exercise_id, answer).startswith("Correct: ")
@@ -43,7 +43,7 @@ def test_right_answers_are_correct(exercise_id, answer):
     ],
 )
 def test_exercise_11_1_names_the_mistake(answer, words):
-    not_yet("11.1", answer, words)
+    not_yet("12.1", answer, words)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_exercise_11_1_names_the_mistake(answer, words):
     ],
 )
 def test_exercise_11_2_names_the_mistake(answer, words):
-    not_yet("11.2", answer, words)
+    not_yet("12.2", answer, words)
 
 
 def no_rescale(row_max, row_sum, block):
@@ -102,13 +102,13 @@ def mutates_and_raises(row_max, row_sum, block):
     ],
 )
 def test_exercise_11_3_names_the_mistake(function, words):
-    not_yet("11.3", function, words)
+    not_yet("12.3", function, words)
 
 
 def test_exercise_11_3_checks_on_fresh_blocks_every_time():
     """A learner's function that changes its block in place cannot change what the next check compares."""
-    not_yet("11.3", mutates_and_raises, "raised")
-    assert verdict("11.3", update_statistics).startswith("Correct: ")
+    not_yet("12.3", mutates_and_raises, "raised")
+    assert verdict("12.3", update_statistics).startswith("Correct: ")
 
 
 @pytest.mark.parametrize(
@@ -127,4 +127,4 @@ def test_exercise_11_3_checks_on_fresh_blocks_every_time():
     ],
 )
 def test_exercise_11_4_names_the_mistake(answer, words):
-    not_yet("11.4", answer, words)
+    not_yet("12.4", answer, words)

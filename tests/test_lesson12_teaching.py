@@ -1,4 +1,4 @@
-"""Lesson 11's teaching versions (loops written out in the lesson) agree with the attn package and PyTorch."""
+"""Lesson 12's teaching versions (loops written out in the lesson) agree with the attn package and PyTorch."""
 
 import math
 
@@ -14,8 +14,8 @@ from tests.notebooks import ROOT, teaching_namespace
 
 
 @pytest.fixture(scope="module")
-def lesson11():
-    return teaching_namespace(ROOT / "lessons" / "11_inside_the_kernel.ipynb")
+def lesson12():
+    return teaching_namespace(ROOT / "lessons" / "12_inside_the_kernel.ipynb")
 
 
 @st.composite
@@ -28,19 +28,19 @@ def rows(draw):
 
 
 @given(row=rows(), block_size=st.integers(1, 30))
-def test_online_softmax_loop_equals_the_package_and_the_stable_softmax(lesson11, row, block_size):
-    looped = lesson11["online_softmax_loop"](row, block_size)
+def test_online_softmax_loop_equals_the_package_and_the_stable_softmax(lesson12, row, block_size):
+    looped = lesson12["online_softmax_loop"](row, block_size)
     np.testing.assert_allclose(looped, softmax(row), rtol=0, atol=1e-12)
     np.testing.assert_allclose(looped, online_softmax(row, block_size), rtol=0, atol=1e-12)
 
 
 @settings(max_examples=60)
 @given(seed=st.integers(0, 2**31), length=st.integers(1, 40), dim=st.integers(1, 9), block_size=st.integers(1, 45))
-def test_attend_one_query_equals_lesson_5(lesson11, seed, length, dim, block_size):
+def test_attend_one_query_equals_lesson_5(lesson12, seed, length, dim, block_size):
     generator = np.random.default_rng(seed)
     query, keys, values = generator.normal(size=dim), generator.normal(size=(length, dim)), generator.normal(size=(length, 3))
     expected, _ = scaled_dot_product_attention(query[None], keys, values)
-    np.testing.assert_allclose(lesson11["attend_one_query"](query, keys, values, block_size), expected[0], atol=1e-12)
+    np.testing.assert_allclose(lesson12["attend_one_query"](query, keys, values, block_size), expected[0], atol=1e-12)
 
 
 @settings(max_examples=60)
@@ -48,11 +48,11 @@ def test_attend_one_query_equals_lesson_5(lesson11, seed, length, dim, block_siz
     seed=st.integers(0, 2**31), t_q=st.integers(1, 30), t_k=st.integers(1, 30),
     block_q=st.integers(1, 35), block_k=st.integers(1, 35),
 )
-def test_tiled_loop_equals_the_package_and_counts_the_formula(lesson11, seed, t_q, t_k, block_q, block_k):
+def test_tiled_loop_equals_the_package_and_counts_the_formula(lesson12, seed, t_q, t_k, block_q, block_k):
     generator = np.random.default_rng(seed)
     query, key, value = generator.normal(size=(t_q, 8)), generator.normal(size=(t_k, 8)), generator.normal(size=(t_k, 8))
-    memory = lesson11["SlowMemory"]()
-    output, logsumexp = lesson11["tiled_attention_loop"](query, key, value, block_q, block_k, memory)
+    memory = lesson12["SlowMemory"]()
+    output, logsumexp = lesson12["tiled_attention_loop"](query, key, value, block_q, block_k, memory)
     ours, ours_lse = tiled_attention(*(torch.from_numpy(a)[None, None] for a in (query, key, value)), block_q=3, block_k=5)
     np.testing.assert_allclose(output, ours[0, 0].numpy(), atol=1e-12)
     np.testing.assert_allclose(logsumexp, ours_lse[0, 0].numpy(), atol=1e-12)
@@ -62,10 +62,10 @@ def test_tiled_loop_equals_the_package_and_counts_the_formula(lesson11, seed, t_
 
 
 @pytest.mark.parametrize(("length", "dim"), [(1, 1), (7, 3), (64, 16)])
-def test_explicit_counted_equals_lesson_5_and_counts_4t2_plus_4td(lesson11, length, dim):
+def test_explicit_counted_equals_lesson_5_and_counts_4t2_plus_4td(lesson12, length, dim):
     generator = np.random.default_rng(length)
     query, key, value = (generator.normal(size=(length, dim)) for _ in range(3))
-    memory = lesson11["SlowMemory"]()
-    output = lesson11["explicit_attention_counted"](query, key, value, memory)
+    memory = lesson12["SlowMemory"]()
+    output = lesson12["explicit_attention_counted"](query, key, value, memory)
     np.testing.assert_allclose(output, scaled_dot_product_attention(query, key, value)[0], atol=1e-12)
     assert memory.reads + memory.writes == 4 * length**2 + 4 * length * dim

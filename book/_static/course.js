@@ -14,8 +14,10 @@
  *   table's region has its own name, and the reference list's entries are list items;
  * - search results' snippets read as text: formulas without their TeX (\(\tau > 0\) reads "τ > 0"), and
  *   without the print-only table of contents ("Contents") that every lesson's snippet started with;
- * - the colour-mode switch goes first to the look the reader is not seeing (light -> dark on a light
- *   system), so the first click visibly changes the page; then to "system settings".
+ * - the colour-mode switch cycles light -> dark -> system settings (the theme's light -> system -> dark
+ *   changed nothing visible on the first click on a light system);
+ * - a code block or output that scrolls sideways can be reached with the keyboard as soon as the formulas are
+ *   typeset (the theme marks them too, but 300 ms after the page last changed).
  */
 (function () {
   "use strict";
@@ -189,14 +191,22 @@
       });
       button.addEventListener("click", function (event) {
         event.stopImmediatePropagation();
+        // light -> dark -> system settings: from the book's default (light) the first click shows the dark
+        // look on any system, and every mode stays one or two clicks away.
+        const order = ["light", "dark", "auto"];
         const mode = document.documentElement.dataset.mode || "light";
-        const other = system.matches ? "light" : "dark";
-        const order = system.matches ? ["dark", "light", "auto"] : ["light", "dark", "auto"];
-        const next = mode === "auto" ? other : order[(order.indexOf(mode) + 1) % order.length];
-        apply(next);
+        apply(order[(order.indexOf(mode) + 1) % order.length]);
       }, true);
     });
     label();
+  }
+
+  /** Blocks that scroll sideways or down take keyboard focus (so that the keyboard can scroll them). */
+  function focusableScrollers() {
+    document.querySelectorAll(".bd-article pre, .bd-article .cell_output > .output").forEach(function (box) {
+      const scrolls = box.scrollWidth > box.clientWidth || box.scrollHeight > box.clientHeight;
+      box.tabIndex = scrolls ? 0 : -1;
+    });
   }
 
   /** Fixes to the theme's and the bibliography's markup that axe-core reports. */
@@ -285,7 +295,13 @@
     markWideFormulas();
     const formulas = new ResizeObserver(function () { window.requestAnimationFrame(markWideFormulas); });
     document.querySelectorAll(".bd-article div.math").forEach(function (box) { formulas.observe(box); });
-    if (window.MathJax && MathJax.startup && MathJax.startup.promise) MathJax.startup.promise.then(markWideFormulas);
+    focusableScrollers();
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+      MathJax.startup.promise.then(function () {
+        markWideFormulas();
+        focusableScrollers();
+      });
+    }
     document.querySelectorAll(".exercise > .admonition-title, .solution > .admonition-title").forEach(tidyExerciseTitle);
     markWideTables();
     // Widths change with the window and when MathJax typesets the formulas inside a table.

@@ -76,3 +76,12 @@ def test_no_widget_state_and_the_page_explorer_in_lesson_4(built_book):
     assert (built_book / "_static" / "fruit-explorer.js").is_file()
     assert '<script src="../_static/fruit-explorer.js' in page
     assert '<link rel="stylesheet" type="text/css" href="../_static/course.css' in page
+
+
+def test_printing_keeps_solutions_folded(built_book):
+    """sphinx-togglebutton would open every solution before printing; course.css prints a note in its place."""
+    for lesson in LESSONS:
+        page = (built_book / "lessons" / f"{lesson.stem}.html").read_text()
+        assert "toggleOpenOnPrint = 'false'" in page, lesson.stem
+    css = (built_book / "_static" / "course.css").read_text()
+    assert "@media print" in css and "Not printed" in css

@@ -108,7 +108,8 @@
       const tau = Math.pow(10, exponent);
       queryControls.forEach(function (c, j) { c.shown.textContent = query[j].toFixed(2); });
       temperature.shown.textContent = tau.toFixed(2);
-      temperature.input.setAttribute("aria-valuetext", "temperature " + tau.toFixed(2));
+      // The slider moves the temperature's exponent; what it announces is the temperature itself.
+      temperature.input.setAttribute("aria-valuetext", tau.toFixed(2));
       const result = fruitAttention(data, query, scaledBox.checked, tau);
       rows.forEach(function (r, i) {
         const weight = result.weights[i];

@@ -788,7 +788,7 @@ def test_printing_wraps_code_and_leaves_solutions_out_with_a_note(site, browser,
         }"""
     )
     assert printed["blocks"] >= 10 and not printed["cut"], printed["cut"]
-    assert printed["solutions"] >= 3 and printed["solutionContent"] == 0, "solutions print as a note only"
+    assert printed["solutions"] >= 2 and printed["solutionContent"] == 0, "solutions print as a note only"
     assert all("Not printed" in note for note in printed["notes"]), printed["notes"]
     assert not printed["chrome"], printed["chrome"]
     assert printed["pageWidth"] <= printed["width"]

@@ -72,3 +72,17 @@ def _build_book(output):
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return output / "_build" / "html"
+
+
+# The slowest module (the browser test, which opens every page at two widths) starts first, so that the other
+# worker runs everything else meanwhile instead of the suite waiting on it at the end (pytest-xdist's
+# loadscope hands out modules in collection order). The book-build checks come next: they share its build.
+FIRST = ("tests/test_browser.py", "tests/test_book_build.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        path = item.nodeid.split("::", 1)[0]
+        return FIRST.index(path) if path in FIRST else len(FIRST)
+
+    items.sort(key=rank)  # stable: the order within and after them is kept

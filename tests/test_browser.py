@@ -646,15 +646,21 @@ def in_page_with_contrast(body):
     return "() => {" + CONTRAST + body
 
 
+def open_in_mode(browser, settings, url, mode):
+    """A new context at ``settings`` whose page has the theme in colour mode ``mode``, opened at ``url``."""
+    context = browser.new_context(**settings, color_scheme=mode)
+    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
+    page = context.new_page()
+    page.goto(url, wait_until="load")
+    return context, page
+
+
 @pytest.mark.parametrize("mode", ["light", "dark"])
 def test_keyboard_focus_is_visible_on_every_control(site, browser, mode):
     # Tab through the whole of a page (the welcome page: the sidebar, the header's buttons, links in the text,
     # a table that scrolls) and check each stop's outline: drawn, at least 2 px, 3:1 against what is around it.
     base, _ = site
-    context = browser.new_context(**DESKTOP, color_scheme=mode)
-    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
-    page = context.new_page()
-    page.goto(base + "book/welcome.html", wait_until="load")
+    context, page = open_in_mode(browser, DESKTOP, base + "book/welcome.html", mode)
     focus_style = in_page_with_contrast(
         """
           const node = document.activeElement;
@@ -740,10 +746,7 @@ def test_the_colour_mode_switch_changes_the_look_on_the_first_click(site, browse
 
 def test_the_explorer_is_themed_in_dark_mode(site, browser):
     base, _ = site
-    context = browser.new_context(**PHONE, color_scheme="dark")
-    context.add_init_script("localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark');")
-    page = context.new_page()
-    page.goto(base + "lessons/04_softmax_first_output.html", wait_until="load")
+    context, page = open_in_mode(browser, PHONE, base + "lessons/04_softmax_first_output.html", "dark")
     colours = page.evaluate(
         in_page_with_contrast(
             """
@@ -812,10 +815,7 @@ def test_code_colours_have_contrast_in_both_modes(site, browser, mode):
     # The syntax colours of code cells, left out of the contrast rule in every page's visit: lesson 1's cells use
     # every kind of token the lessons colour (keywords, names, strings, numbers, comments, operators, builtins).
     base, _ = site
-    context = browser.new_context(**DESKTOP, color_scheme=mode)
-    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
-    page = context.new_page()
-    page.goto(base + "lessons/01_lookup_table.html", wait_until="load")
+    context, page = open_in_mode(browser, DESKTOP, base + "lessons/01_lookup_table.html", mode)
     assert page.evaluate("document.documentElement.dataset.theme") == mode
     page.evaluate(axe_script())
     findings = page.evaluate(

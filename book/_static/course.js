@@ -66,15 +66,23 @@
         box.removeAttribute("role");
         box.removeAttribute("aria-label");
       }
-      let hint = box.previousElementSibling;
-      if (!hint || !hint.classList.contains("table-scroll-hint")) {
-        hint = document.createElement("p");
-        hint.className = "table-scroll-hint";
-        hint.textContent = "Scroll the table sideways to see all of it \u2192";
-        box.parentNode.insertBefore(hint, box);
-      }
-      hint.hidden = !wide;
+      scrollHint(box, "table", wide);
     });
+  }
+
+  /** The line above a wide table or formula that says it scrolls sideways ("table-scroll-hint" or
+   *  "math-scroll-hint"): added the first time it is needed, then shown only while ``wide``. */
+  function scrollHint(box, what, wide) {
+    const className = (what === "formula" ? "math" : what) + "-scroll-hint";
+    let hint = box.previousElementSibling;
+    if (!hint || !hint.classList.contains(className)) {
+      if (!wide) return;
+      hint = document.createElement("p");
+      hint.className = className;
+      hint.textContent = "Scroll the " + what + " sideways to see all of it \u2192";
+      box.parentNode.insertBefore(hint, box);
+    }
+    hint.hidden = !wide;
   }
 
   /** Let names in inline code break after "." and "_" (followed by more of the name), and nowhere else. */
@@ -102,15 +110,7 @@
       const wide = scroller.scrollWidth > scroller.clientWidth + 1;
       box.classList.toggle("math-scrolls", wide);
       if (wide && !scroller.hasAttribute("tabindex")) scroller.setAttribute("tabindex", "0");
-      let hint = box.previousElementSibling;
-      if (!hint || !hint.classList.contains("math-scroll-hint")) {
-        if (!wide) return;
-        hint = document.createElement("p");
-        hint.className = "math-scroll-hint";
-        hint.textContent = "Scroll the formula sideways to see all of it \u2192";
-        box.parentNode.insertBefore(hint, box);
-      }
-      hint.hidden = !wide;
+      scrollHint(box, "formula", wide);
     });
   }
 

@@ -32,7 +32,7 @@ lab: $(READY)
 
 # Re-execute lessons in place, each in a fresh kernel: `make execute` (all) or `make execute LESSONS=lessons/05_*.ipynb`.
 execute: $(READY)
-	$(BIN)/python -m attn.execute $(LESSONS)
+	$(BIN)/python -m attn.course.execute $(LESSONS)
 
 lint: $(READY)
 	$(BIN)/ruff check attn tests lessons

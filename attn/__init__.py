@@ -2,12 +2,17 @@
 
 NumPy pieces (lessons 1-5, and the sinusoidal positions of lesson 8) import without PyTorch;
 the PyTorch pieces (lesson 6 on) are loaded the first time one of them is asked for.
+
+The tree follows the course: the layers a learner builds sit here at the top (one module each);
+``attn.common`` holds the helpers under everything, ``attn.models`` the models trained with the
+layers, ``attn.measure`` the measurements and ``attn.course`` the course's own machinery (the
+self-checks among it). Imports run one way: common <- layers <- models <- measure and course.
 """
 
 import importlib
 
 from attn.attention import causal_mask, padding_mask, scaled_dot_product_attention
-from attn.exercises import check
+from attn.course.exercises import check
 from attn.positions import sinusoidal_positions
 from attn.softmax import softmax
 

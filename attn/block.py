@@ -2,9 +2,9 @@
 
 from torch import nn
 
-from attn import convert
+from attn.common import convert
+from attn.common.validate import check_block_arguments, check_block_input
 from attn.multihead import MultiHeadAttention
-from attn.validate import check_block_arguments, check_block_input
 
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
 

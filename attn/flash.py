@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attn.common.validate import check_flash_inputs, positive_int
 from attn.masks import as_padding_keep_mask
 from attn.softmax import checked_scores
-from attn.validate import check_flash_inputs, positive_int
 
 NEG_INF = float("-inf")
 

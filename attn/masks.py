@@ -7,7 +7,7 @@ and the fused paths always receive the same mask.
 
 import torch
 
-from attn.validate import type_name
+from attn.common.validate import type_name
 
 MEANINGS = {"mask": "True = may attend", "key_padding_mask": "True = real token"}
 

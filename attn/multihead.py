@@ -6,9 +6,9 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attn import convert
+from attn.common import convert
+from attn.common.validate import check_attention_shapes, check_inputs, check_layer_arguments
 from attn.masks import add_causal, build_keep_mask, open_empty_rows
-from attn.validate import check_attention_shapes, check_inputs, check_layer_arguments
 
 # scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
 SDPA_SHARES_HEADS = torch.__version__ >= (2, 5)
@@ -111,7 +111,7 @@ class MultiHeadAttention(nn.Module):
     - cache: an attn.KVCache; this call's keys and values (B, H_kv, T_new, d) are appended to it and
       attention runs over every cached position. One cache per layer.
     A row with no allowed key gives zero weights and a zero attention output (the output projection's
-    bias remains). The inputs are checked first (attn.validate): kinds, dtypes, devices and shapes, then
+    bias remains). The inputs are checked first (attn.common.validate): kinds, dtypes, devices and shapes, then
     that query, key and value hold no NaN or inf (one reduction per input, a ValueError if they do).
     """
 

@@ -49,7 +49,7 @@ def apply_rotary(x, positions=None, base=10000.0):
     """
     import torch  # here, not at the top: the NumPy lessons import this module without PyTorch
 
-    from attn.validate import check_rotary_angles, check_rotary_arguments
+    from attn.common.validate import check_rotary_angles, check_rotary_arguments
 
     check_rotary_arguments(x, positions, base)
     length, dim = x.shape[-2], x.shape[-1]

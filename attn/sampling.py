@@ -13,7 +13,7 @@ import numbers
 
 import torch
 
-from attn.validate import require_tensor, type_name
+from attn.common.validate import require_tensor, type_name
 
 
 def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, generator=None):

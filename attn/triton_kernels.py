@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from attn.validate import check_flash_inputs
+from attn.common.validate import check_flash_inputs
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -1,7 +1,7 @@
 """The devices a test runs on: the CPU always, a CUDA GPU where there is one.
 
 The CUDA case carries the ``cuda`` marker, so ``pytest -m cuda`` selects exactly the package's
-CUDA tests; ``python -m attn.bench --suite gpu`` runs that selection and records its counts.
+CUDA tests; ``python -m attn.measure.bench --suite gpu`` runs that selection and records its counts.
 Without a GPU the CUDA cases are collected and skipped, so the selection is never empty.
 """
 

@@ -1,4 +1,4 @@
-"""python -m attn.bench through main(): every bad argument gets argparse's one-line error before anything runs."""
+"""python -m attn.measure.bench through main(): every bad argument gets argparse's one-line error before anything runs."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from attn import bench
+from attn.measure import bench, timing
 
 SMALL = ["--device", "cpu", "--dtype", "float32", "--batch", "1", "--heads", "2", "--head-dims", "8", "--lengths", "16", "32",
          "--repeats", "1"]
@@ -28,7 +28,7 @@ def error_of(capsys, argv):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     message = err.strip().splitlines()[-1]
-    assert message.startswith("python -m attn.bench: error: argument") or "required" in message
+    assert message.startswith("python -m attn.measure.bench: error: argument") or "required" in message
     return message
 
 
@@ -137,12 +137,12 @@ def result_of(rows, load=0.1, cores=2):
 
 
 def test_relative_spread_is_the_interquartile_range_over_the_median():
-    assert bench.relative_spread([1.0]) == 0.0
-    assert bench.relative_spread([2.0, 2.0, 2.0, 2.0]) == 0.0
+    assert timing.relative_spread([1.0]) == 0.0
+    assert timing.relative_spread([2.0, 2.0, 2.0, 2.0]) == 0.0
     # inclusive quartiles of 1..5 are 2 and 4; the median is 3
-    assert bench.relative_spread([5.0, 1.0, 3.0, 2.0, 4.0]) == pytest.approx(2 / 3)
+    assert timing.relative_spread([5.0, 1.0, 3.0, 2.0, 4.0]) == pytest.approx(2 / 3)
     # one run a hundred times too long moves the median and the quartiles little
-    assert bench.relative_spread([1.0] * 9 + [100.0]) == pytest.approx(0.0)
+    assert timing.relative_spread([1.0] * 9 + [100.0]) == pytest.approx(0.0)
 
 
 def test_each_row_records_its_spread_and_the_run_records_the_load(monkeypatch):
@@ -195,10 +195,10 @@ def test_rows_that_did_not_run_are_left_out_of_the_caveats():
 
 
 def test_machine_load_is_a_number_or_none_where_the_system_has_none(monkeypatch):
-    load = bench.machine_load()
+    load = timing.machine_load()
     assert load is None or load >= 0.0
     monkeypatch.delattr(os, "getloadavg")
-    assert bench.machine_load() is None
+    assert timing.machine_load() is None
 
 
 def test_the_command_line_prints_its_caveats(capsys, tmp_path, monkeypatch):
@@ -208,14 +208,14 @@ def test_the_command_line_prints_its_caveats(capsys, tmp_path, monkeypatch):
 
 
 def test_silenced_stderr_hides_what_cpp_writes_and_restores_it(capfd):
-    with bench.silenced_stderr():
+    with timing.silenced_stderr():
         os.write(2, b"profiler log line\n")
     os.write(2, b"after the block\n")
     assert capfd.readouterr().err == "after the block\n"
 
 
 def test_silenced_stderr_restores_standard_error_after_an_exception(capfd):
-    with pytest.raises(ValueError, match="inside"), bench.silenced_stderr():
+    with pytest.raises(ValueError, match="inside"), timing.silenced_stderr():
         raise ValueError("inside")
     os.write(2, b"still there\n")
     assert capfd.readouterr().err == "still there\n"
@@ -225,7 +225,7 @@ def test_the_profiler_names_the_kernel_without_writing_to_stderr(capfd):
     from torch.profiler import ProfilerActivity, profile
 
     query = torch.randn(1, 2, 8, 4)
-    with bench.silenced_stderr(), profile(activities=[ProfilerActivity.CPU]) as run:
+    with timing.silenced_stderr(), profile(activities=[ProfilerActivity.CPU]) as run:
         torch.nn.functional.scaled_dot_product_attention(query, query, query)
     assert any("scaled_dot_product" in event.key for event in run.key_averages())
     assert capfd.readouterr().err == ""
@@ -257,7 +257,7 @@ def test_the_benchmark_plot_writes_its_maths_as_mathtext():
 ])
 def test_relative_spread_names_what_is_wrong_with_its_times(times, words):
     with pytest.raises((TypeError, ValueError), match=words):
-        bench.relative_spread(times)
+        timing.relative_spread(times)
 
 
 @pytest.mark.parametrize("result, recorded, words", [

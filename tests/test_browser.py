@@ -14,7 +14,7 @@ Every page is opened at 1280x800 and at 390x844 (device scale factor 3) and chec
   critical or serious, in the same visit: every rule at both widths, except colour contrast, which does not
   depend on the width and is the slowest rule by far, so it runs at the desktop width only.
 
-Legibility of figures. The course style (attn.plotting) writes no text smaller than SMALLEST_FONT_PT
+Legibility of figures. The course style (attn.common.plotting) writes no text smaller than SMALLEST_FONT_PT
 (10 pt) and saves PNGs at PNG_DPI (200 dpi), so the smallest text is 10 / 72 * 200 = 27.8 pixels high in
 the PNG, and on the page it is that times (rendered width / PNG width). The rule:
 
@@ -28,7 +28,7 @@ style and no lesson asks for text below 10 pt.
 
 The sidebar toggles are clicked (phone: both open their panel and a link in either closes it; desktop: the
 primary one hides and shows the sidebar), and lesson 4's explorer is driven through its sliders and keys, its
-numbers compared with attn.explorer.fruit_attention; the keyboard reaches it in four presses, and keyboard
+numbers compared with attn.course.explorer.fruit_attention; the keyboard reaches it in four presses, and keyboard
 focus is visible on every control. Dark mode, the colour-mode switch, printing (emulated print media) and the
 search page's snippets are checked too.
 """
@@ -44,9 +44,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-from attn import fruit
-from attn.explorer import fruit_attention
-from attn.plotting import PHONE_TEXT_PX, PNG_DPI, SMALLEST_FONT_PT
+from attn.common.plotting import PHONE_TEXT_PX, PNG_DPI, SMALLEST_FONT_PT
+from attn.course import fruit
+from attn.course.explorer import fruit_attention
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -68,7 +68,7 @@ DESKTOP = {"viewport": {"width": 1280, "height": 800}, "device_scale_factor": 1}
 PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3, "is_mobile": True, "has_touch": True}
 WIDTHS = {"desktop": DESKTOP, "phone": PHONE}
 
-MIN_TEXT_CSS_PX = PHONE_TEXT_PX  # 9: the course style's promise, attn.plotting
+MIN_TEXT_CSS_PX = PHONE_TEXT_PX  # 9: the course style's promise, attn.common.plotting
 SMALLEST_TEXT_PNG_PX = SMALLEST_FONT_PT / 72 * PNG_DPI  # 27.8
 MIN_FIGURE_WIDTH, MIN_FIGURE_HEIGHT = 300, 140
 

@@ -1,7 +1,7 @@
 """The exercises' self-checks say in words what is wrong, and say Correct only when it is right.
 
 Each exercise's right answer and common mistakes; every case reported in issue 10; the
-normaliser that cleans every answer (attn.exercises.answers). The hostile-answer sweep over
+normaliser that cleans every answer (attn.course.exercises.answers). The hostile-answer sweep over
 every registered exercise is in test_exercises_hostile.py.
 """
 
@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from attn import check, fruit
-from attn.exercises import EXERCISES, exercise_ids, verdict
-from attn.exercises.answers import AnswerError, Array, Function, Number, Shape, compare, normalise
-from attn.exercises.lesson02 import DURABLE_QUERY
-from attn.exercises.lesson07 import hard_recall
+from attn import check
+from attn.course import fruit
+from attn.course.exercises import EXERCISES, exercise_ids, verdict
+from attn.course.exercises.answers import AnswerError, Array, Function, Number, Shape, compare, normalise
+from attn.course.exercises.lesson02 import DURABLE_QUERY
+from attn.course.exercises.lesson07 import hard_recall
 from tests.notebooks import ROOT, code_cells, load, tags
 from tests.verdicts import correct, not_yet
 
@@ -95,7 +96,7 @@ def test_weights_for_a_price_check(capsys):
 
 
 def test_lookup_function_check(capsys):
-    from attn.exercises.lesson01 import weighted_lookup
+    from attn.course.exercises.lesson01 import weighted_lookup
 
     assert printed(capsys, "1.3", weighted_lookup).startswith("Correct")
     assert "returned 0" in printed(capsys, "1.3", lambda name: PRICES.get(name, 0))
@@ -149,7 +150,7 @@ def test_predicted_variance_check_names_the_common_mistakes(capsys):
 
 
 def test_the_predicted_variance_is_what_random_vectors_give():
-    from attn.exercises.lesson03 import TRIAL_D_K, TRIAL_KEY_STD, TRIAL_QUERY_STD, scaled_score_variance
+    from attn.course.exercises.lesson03 import TRIAL_D_K, TRIAL_KEY_STD, TRIAL_QUERY_STD, scaled_score_variance
 
     rng = np.random.default_rng(0)
     queries = TRIAL_QUERY_STD * rng.standard_normal((200_000, TRIAL_D_K))
@@ -212,7 +213,7 @@ def test_lesson_7_checks(capsys):
 
 
 def test_lesson_7_count_does_not_depend_on_the_heads():
-    from attn.recall import RecallModel
+    from attn.models.recall import RecallModel
 
     counts = {sum(p.numel() for p in RecallModel(num_heads=heads).parameters()) for heads in (1, 2, 4, 8, 16, 32)}
     assert counts == {EXERCISES["7.3"].solution()} == {5776}
@@ -512,7 +513,7 @@ def test_issue_grammar():
 
 
 def test_one_hot_weights_in_the_package_agree_with_lesson_1():
-    from attn.exercises import lesson01
+    from attn.course.exercises import lesson01
 
     namespace = lesson_1_namespace()
     for query in ("apple", "banana", "chair", "fruit"):
@@ -522,7 +523,7 @@ def test_one_hot_weights_in_the_package_agree_with_lesson_1():
 
 
 def test_the_second_shop_is_always_put_back():
-    from attn.exercises import lesson01
+    from attn.course.exercises import lesson01
 
     before = lesson01.key_array.copy(), lesson01.values.copy()
     for answer in (lesson01.weighted_lookup, lambda query: PRICES[query]):
@@ -531,7 +532,7 @@ def test_the_second_shop_is_always_put_back():
 
 
 def test_what_a_learners_function_prints_stays_out_of_the_verdict(capsys):
-    from attn.exercises.lesson01 import weighted_lookup
+    from attn.course.exercises.lesson01 import weighted_lookup
 
     def chatty(name):
         print("looking up", name, "\nsecond line")

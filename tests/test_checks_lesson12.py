@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from attn.exercises.lesson12 import ROW, running_statistics, update_statistics
-from attn.exercises.registry import verdict
+from attn.course.exercises.lesson12 import ROW, running_statistics, update_statistics
+from attn.course.exercises.registry import verdict
 
 # The expected values, written as a learner would see them printed; none may appear in a "Not yet" reply.
 ANSWERS = {"12.1": ("1.770", "1.77"), "12.2": ("496",), "12.4": ("256",)}

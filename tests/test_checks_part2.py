@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from attn import KVCache, TransformerBlock, apply_rotary
-from attn.exercises import lesson11, verdict
-from attn.exercises.lesson08 import rotary_score
-from attn.exercises.lesson10 import decode_with_cache
-from attn.exercises.lesson11 import single_repeat_sequence
-from attn.induction import load_trained, make_repeat_data
+from attn.course.exercises import lesson11, verdict
+from attn.course.exercises.lesson08 import rotary_score
+from attn.course.exercises.lesson10 import decode_with_cache
+from attn.course.exercises.lesson11 import single_repeat_sequence
+from attn.models.induction import load_trained, make_repeat_data
 from tests.notebooks import ROOT, code_cells, load
 from tests.verdicts import correct, not_yet
 
@@ -261,7 +261,7 @@ def test_a_lesson_11_check_without_the_models_says_where_it_looked(monkeypatch, 
     monkeypatch.chdir(tmp_path)
     line = not_yet("11.2", 3)
     assert "induction_2layer.pt" in line and str(tmp_path / "models") in line
-    assert "python -m attn.induction --out lessons/models" in line
+    assert "python -m attn.models.induction --out lessons/models" in line
     assert "nothing yet" in not_yet("11.2", ...), "the learner's answer is read first"
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from attn.exercises import EXERCISES, exercise_ids
-from attn.exercises.answers import Number, _number_text, compare_without_answer, how_far, normalise, show
-from attn.exercises.lesson11 import EARLIER, LATER, single_repeat_sequence
+from attn.course.exercises import EXERCISES, exercise_ids
+from attn.course.exercises.answers import Number, _number_text, compare_without_answer, how_far, normalise, show
+from attn.course.exercises.lesson11 import EARLIER, LATER, single_repeat_sequence
 from tests.verdicts import not_yet
 
 # Multiple choice: the options are listed in the statement, so a reply may name them all ("1, 2 or 3").
@@ -74,7 +74,7 @@ def cross_entropy(logits, targets):
 
 @pytest.mark.parametrize("factor", [1.1, 0.5, 3.0, 0.9])
 def test_a_wrong_loss_in_the_primers_exercise_2_is_not_told_the_loss(factor):
-    from attn.exercises.primer import _loss_calls
+    from attn.course.exercises.primer import _loss_calls
 
     reply = not_yet("P.2", lambda logits, targets: factor * cross_entropy(logits, targets))
     assert reply.startswith("Not yet: called with logits (4, 5) and targets (4,), the loss your function returned is too")

@@ -1,14 +1,15 @@
-"""python -m attn.induction and python -m attn.execute check every argument before any long work starts.
+"""python -m attn.models.induction and python -m attn.course.execute check every argument before any long work starts.
 
 Each bad argument gets argparse's one-line error (exit status 2) while the training or the notebook run,
-replaced here by a function that fails the test, never starts. (python -m attn.bench: test_bench_cli.py.)
+replaced here by a function that fails the test, never starts. (python -m attn.measure.bench: test_bench_cli.py.)
 """
 
 import json
 
 import pytest
 
-from attn import execute, induction
+from attn.course import execute
+from attn.models import induction
 
 
 @pytest.fixture
@@ -16,7 +17,7 @@ def nothing_runs(monkeypatch):
     def refuse(*arguments, **options):
         raise AssertionError("the long work started before the arguments were checked")
 
-    monkeypatch.setattr(induction, "train_and_save", refuse)
+    monkeypatch.setattr(induction.files, "train_and_save", refuse)
     monkeypatch.setattr(execute, "execute", refuse)
 
 
@@ -40,7 +41,7 @@ def test_induction_out_is_checked_before_three_thousand_steps(capsys, tmp_path):
         "/proc/models": "argument --out: /proc/models cannot be written here (no permission to create files in /proc)",
     }
     for out, message in cases.items():
-        assert error_of(capsys, induction.main, ["--out", out]) == f"python -m attn.induction: error: {message}"
+        assert error_of(capsys, induction.main, ["--out", out]) == f"python -m attn.models.induction: error: {message}"
     (tmp_path / "models" / "induction_2layer.pt").mkdir(parents=True)
     assert "induction_2layer.pt is a folder, so the file of that name cannot be written" in error_of(
         capsys, induction.main, ["--out", str(tmp_path / "models")]
@@ -49,7 +50,7 @@ def test_induction_out_is_checked_before_three_thousand_steps(capsys, tmp_path):
 
 def test_induction_out_may_be_a_new_folder_deep_down(monkeypatch, tmp_path):
     written = []
-    monkeypatch.setattr(induction, "train_and_save", lambda out: written.append(out) or {"models": {}})
+    monkeypatch.setattr(induction.files, "train_and_save", lambda out: written.append(out) or {"models": {}})
     induction.main(["--out", str(tmp_path / "new" / "deeper")])
     assert written == [tmp_path / "new" / "deeper"]
 
@@ -79,7 +80,7 @@ def test_execute_checks_every_notebook_before_running_any(capsys, tmp_path):
         capsys, execute.main, [str(good), str(tmp_path)]
     )
     missing = tmp_path / "missing.ipynb"
-    assert f"python -m attn.execute: error: no such notebook: {missing}" in error_of(capsys, execute.main, [str(missing)])
+    assert f"python -m attn.course.execute: error: no such notebook: {missing}" in error_of(capsys, execute.main, [str(missing)])
 
 
 @pytest.mark.usefixtures("nothing_runs")
@@ -98,7 +99,7 @@ def test_execute_checks_where_the_times_go_before_running(capsys, tmp_path):
 
 
 def test_reading_time_names_what_is_not_a_notebook(capsys, tmp_path):
-    from attn import reading_time
+    from attn.course import reading_time
 
     assert "is not a folder of notebooks" in error_of(capsys, reading_time.main, [str(tmp_path)])
     (tmp_path / "broken.ipynb").write_text('{"cells": [')

@@ -1,4 +1,4 @@
-"""attn.decoder: generating with and without a KV cache equals one full causal pass; bad input is named."""
+"""attn.models.decoder: generating with and without a KV cache equals one full causal pass; bad input is named."""
 
 import numpy as np
 import pytest
@@ -7,11 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attn import KVCache
-from attn.decoder import (
+from attn.measure.timing import seconds_per_token
+from attn.models.decoder import (
     Decoder,
     counting_sequences,
     generate,
-    seconds_per_token,
     sequence_accuracy,
     stepwise_logits,
     train,
@@ -277,7 +277,7 @@ def test_generate_refuses_bad_arguments(new_tokens, error, expected):
 
 
 def test_generate_and_stepwise_logits_need_a_decoder_and_tokens():
-    with pytest.raises(TypeError, match="model must be an attn.decoder.Decoder, got torch.nn.modules.linear.Linear"):
+    with pytest.raises(TypeError, match="model must be an attn.models.decoder.Decoder, got torch.nn.modules.linear.Linear"):
         generate(torch.nn.Linear(2, 2), torch.tensor([[1]]), 2)
     with pytest.raises(TypeError, match="prompt must hold integer token ids, got torch.float32"):
         generate(small_model(), torch.tensor([[1.0]]), 2)

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from attn import check
-from attn.exercises import EXERCISES, exercise_ids
-from attn.exercises.answers import Array, Function, Number, Shape
-from attn.exercises.registry import LONGEST_LINE
+from attn.course.exercises import EXERCISES, exercise_ids
+from attn.course.exercises.answers import Array, Function, Number, Shape
+from attn.course.exercises.registry import LONGEST_LINE
 
 HUGE = 10**6  # entries in the huge arrays and texts: a verdict must quote a part of them, never all
 LONG = 10**4  # entries in the long lists (each entry is looked at in Python, so fewer)

@@ -1,4 +1,4 @@
-"""The GPU suite (python -m attn.bench --suite gpu): its dry run on the CPU, its schema, its pieces and its plots.
+"""The GPU suite (python -m attn.measure.bench --suite gpu): its dry run on the CPU, its schema, its pieces and its plots.
 
 The dry run executes every part of the suite at tiny sizes, so that the day a GPU is at hand the
 one command is known to work. The plots are drawn from a synthetic GPU-shaped result built here,
@@ -22,8 +22,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from attn import bench, gpu_plots, gpu_suite  # noqa: E402
-from attn.plotting import COLUMN_WIDTH  # noqa: E402
+from attn import flops, multihead  # noqa: E402
+from attn.common.plotting import COLUMN_WIDTH  # noqa: E402
+from attn.measure import bench  # noqa: E402
+from attn.measure import peaks as gpu_peaks  # noqa: E402
+from attn.measure.gpu import cases, core, cuda_tests, report, suite  # noqa: E402
+from attn.measure.gpu import decode as gpu_decode  # noqa: E402
+from attn.measure.gpu import plots as gpu_plots  # noqa: E402
+from attn.measure.gpu import sizes as suite_sizes  # noqa: E402
 from attn.triton_kernels import triton_status  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 
@@ -44,7 +50,7 @@ def processor_seconds():
 def dry_run(tmp_path_factory):
     """Run the real command, as a learner would; return (its JSON, its printed output, its CPU seconds, its wall seconds)."""
     out = tmp_path_factory.mktemp("suite") / "dry.json"
-    command = [sys.executable, "-m", "attn.bench", "--suite", "gpu", "--dry-run", "--out", str(out)]
+    command = [sys.executable, "-m", "attn.measure.bench", "--suite", "gpu", "--dry-run", "--out", str(out)]
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     started, cpu_before = time.perf_counter(), processor_seconds()
     completed = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=300)
@@ -56,13 +62,13 @@ def dry_run(tmp_path_factory):
 def test_the_dry_run_follows_the_schema_in_under_a_minute(dry_run):
     """Under a minute of processor time, its pytest subprocess included; on a busy shared machine the wall time is longer."""
     result, printed, cpu, wall = dry_run
-    assert gpu_suite.validate(result) == []
+    assert report.validate(result) == []
     assert cpu < 60, f"the dry run took {cpu:.0f} s of processor time ({wall:.0f} s on the clock)"
     assert result["dry_run"] is True and result["complete"] is True
     assert result["provenance"]["device_type"] == "cpu" and result["peaks"]["matched"] is None
-    assert result["provenance"]["command"].startswith("python -m attn.bench --suite gpu --dry-run --out ")
+    assert result["provenance"]["command"].startswith("python -m attn.measure.bench --suite gpu --dry-run --out ")
     assert "causal: half" in result["flop_counting"]
-    assert result["sizes"] == json.loads(json.dumps(asdict(gpu_suite.DRY)))
+    assert result["sizes"] == json.loads(json.dumps(asdict(suite_sizes.DRY)))
     lines = printed.strip().splitlines()
     assert lines[-1].startswith("wrote ") and "DRY RUN" in printed
     table = lines[next(index for index, line in enumerate(lines) if line.startswith("GPU suite")):-1]
@@ -78,7 +84,7 @@ def test_the_dry_run_runs_every_part(dry_run):
     for (impl, head_dim, causal, length), row in rows.items():
         if impl in ("explicit", "sdpa flash", "sdpa math"):
             assert row["status"] == "ok" and row["tflops"] > 0 and row["share_of_ceiling"] > 0, row
-            assert row["flops"] == gpu_suite.attention_flops(1, 2, length, head_dim, causal)
+            assert row["flops"] == flops.attention_flops(1, 2, length, head_dim, causal)
             if length == result["sizes"]["lengths"][0]:
                 assert row["relative_error"] < 1e-5, row
         elif impl in ("sdpa efficient", "sdpa cudnn"):
@@ -112,12 +118,12 @@ def test_validate_names_what_is_wrong(dry_run):
     result["core"][0].update(status="refused", reason="")
     result["layer"] = result["layer"][:2]
     del result["provenance"]["driver"]
-    problems = gpu_suite.validate(result)
+    problems = report.validate(result)
     assert "core does not hold every implementation at every (head_dim, causal, length) exactly once" in problems
     assert any("status 'refused' without a reason" in problem for problem in problems)
     assert any(problem.startswith("layer does not have four rows") for problem in problems)
     assert "provenance has no driver" in problems
-    assert gpu_suite.validate({"schema": gpu_suite.SCHEMA}) != []
+    assert report.validate({"schema": report.SCHEMA}) != []
 
 
 # ---------------------------------------------------------------------------------------------- the pieces
@@ -127,26 +133,26 @@ def test_out_of_memory_is_caught_and_recorded():
     device = torch.device("cpu")
 
     def too_big(*_):
-        raise gpu_suite.OUT_OF_MEMORY("CUDA out of memory. Tried to allocate 128.00 GiB")
+        raise cases.OUT_OF_MEMORY("CUDA out of memory. Tried to allocate 128.00 GiB")
 
-    output, failure = gpu_suite.attempt(too_big, device)
+    output, failure = cases.attempt(too_big, device)
     assert output is None and failure["status"] == "out of memory" and "128.00 GiB" in failure["reason"]
-    assert gpu_suite.measure(too_big, device, gpu_suite.DRY)["status"] == "out of memory"
+    assert cases.measure(too_big, device, suite_sizes.DRY)["status"] == "out of memory"
 
 
 def test_the_sweep_records_the_explicit_out_of_memory_length_and_skips_longer_ones(monkeypatch):
-    sizes = replace(gpu_suite.DRY, lengths=(16, 32, 64), head_dims=(8,))
+    sizes = replace(suite_sizes.DRY, lengths=(16, 32, 64), head_dims=(8,))
 
     def explicit_that_dies_at_32(query, key, value, causal):
         if query.shape[2] >= 32:
-            raise gpu_suite.OUT_OF_MEMORY("CUDA out of memory")
-        return gpu_suite.explicit_attention(query, key, value, is_causal=causal)[0]
+            raise cases.OUT_OF_MEMORY("CUDA out of memory")
+        return multihead.explicit_attention(query, key, value, is_causal=causal)[0]
 
-    monkeypatch.setattr(gpu_suite, "implementations", lambda device: {"explicit": (explicit_that_dies_at_32, None)})
-    rows = gpu_suite.core_sweep(torch.device("cpu"), sizes, 1.0, {"matched": None}, log=lambda line: None)
+    monkeypatch.setattr(core, "implementations", lambda device: {"explicit": (explicit_that_dies_at_32, None)})
+    rows = core.core_sweep(torch.device("cpu"), sizes, 1.0, {"matched": None}, log=lambda line: None)
     statuses = [(row["length"], row["status"]) for row in rows if not row["causal"]]
     assert statuses == [(16, "ok"), (32, "out of memory"), (64, "skipped")]
-    entry = gpu_suite.explicit_out_of_memory(rows, sizes.batch, sizes.heads, "bfloat16")[0]
+    entry = core.explicit_out_of_memory(rows, sizes.batch, sizes.heads, "bfloat16")[0]
     assert entry["first_out_of_memory_length"] == 32 and entry["last_length_that_ran"] == 16 and entry["within_sweep"]
     assert entry["weights_gib_at_that_length"] == sizes.batch * sizes.heads * 32**2 * 2 / 2**30
 
@@ -155,7 +161,7 @@ def test_other_runtime_errors_are_errors_not_refusals():
     def broken():
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    assert gpu_suite.attempt(broken, torch.device("cpu"))[1] == {
+    assert cases.attempt(broken, torch.device("cpu"))[1] == {
         "status": "error", "reason": "RuntimeError: CUDA error: an illegal memory access was encountered"}
 
 
@@ -163,23 +169,23 @@ def test_a_part_that_breaks_is_recorded_and_the_others_still_run(monkeypatch, tm
     def broken(*args):
         raise RuntimeError("broken on purpose")
 
-    monkeypatch.setattr(gpu_suite, "run_cuda_tests", lambda timeout: {"status": "not run", "reason": "not in this test"})
-    explicit_only = {"explicit": gpu_suite.implementations(torch.device("cpu"))["explicit"]}
-    monkeypatch.setattr(gpu_suite, "implementations", lambda device: explicit_only)
-    monkeypatch.setattr(gpu_suite, "layer_comparison", broken)
-    sizes = replace(gpu_suite.DRY, head_dims=(8,), lengths=(16,))
+    monkeypatch.setattr(suite, "run_cuda_tests", lambda timeout: {"status": "not run", "reason": "not in this test"})
+    explicit_only = {"explicit": core.implementations(torch.device("cpu"))["explicit"]}
+    monkeypatch.setattr(core, "implementations", lambda device: explicit_only)
+    monkeypatch.setattr(suite, "layer_comparison", broken)
+    sizes = replace(suite_sizes.DRY, head_dims=(8,), lengths=(16,))
     out = tmp_path / "partial.json"
-    result = gpu_suite.run_suite(torch.device("cpu"), sizes, "python -m attn.bench", out, True, log=lambda line: None)
+    result = suite.run_suite(torch.device("cpu"), sizes, "python -m attn.measure.bench", out, True, log=lambda line: None)
     assert result["section_errors"] == {"layer": "RuntimeError: broken on purpose"} and result["layer"] is None
     assert result["complete"] is False and len(result["decode"]) == 2 and result["core"][0]["status"] == "ok"
     assert json.loads(out.read_text())["section_errors"] == result["section_errors"]
-    assert "the layer part failed: RuntimeError: broken on purpose" in gpu_suite.validate(result)
-    assert "layer: FAILED, RuntimeError: broken on purpose" in gpu_suite.summary_lines(result)
+    assert "the layer part failed: RuntimeError: broken on purpose" in report.validate(result)
+    assert "layer: FAILED, RuntimeError: broken on purpose" in report.summary_lines(result)
 
 
 def test_a_refused_backend_is_recorded_with_pytorchs_reason():
     query = torch.randn(1, 2, 8, 4)
-    output, failure = gpu_suite.attempt(lambda: gpu_suite.sdpa_call("efficient", False)(query, query, query),
+    output, failure = cases.attempt(lambda: core.sdpa_call("efficient", False)(query, query, query),
                                         torch.device("cpu"))
     assert output is None and failure["status"] == "refused"
     assert "RuntimeError" in failure["reason"] and "backend" in failure["reason"]
@@ -187,16 +193,16 @@ def test_a_refused_backend_is_recorded_with_pytorchs_reason():
 
 def test_a_slow_case_is_timed_fewer_times_but_at_least_three():
     cpu = torch.device("cpu")
-    assert gpu_suite.affordable_repeats(lambda _: time.sleep(0.05), cpu, lambda: None, 10, budget_s=0.2) in (3, 4)
-    assert gpu_suite.affordable_repeats(lambda _: time.sleep(0.05), cpu, lambda: None, 10, budget_s=0.01) == 3
-    assert gpu_suite.affordable_repeats(lambda _: None, cpu, lambda: None, 10, budget_s=1.0) == 10
-    seconds, repeats = gpu_suite.median_seconds(lambda _: time.sleep(0.02), cpu, 0, 10, budget_s=0.05)
+    assert cases.affordable_repeats(lambda _: time.sleep(0.05), cpu, lambda: None, 10, budget_s=0.2) in (3, 4)
+    assert cases.affordable_repeats(lambda _: time.sleep(0.05), cpu, lambda: None, 10, budget_s=0.01) == 3
+    assert cases.affordable_repeats(lambda _: None, cpu, lambda: None, 10, budget_s=1.0) == 10
+    seconds, repeats = cases.median_seconds(lambda _: time.sleep(0.02), cpu, 0, 10, budget_s=0.05)
     assert repeats == 3 and seconds >= 0.02
 
 
 def test_causal_work_is_counted_as_half():
-    assert gpu_suite.attention_flops(4, 16, 4096, 64, causal=False) == 4 * 4 * 16 * 4096**2 * 64
-    assert gpu_suite.attention_flops(4, 16, 4096, 64, causal=True) == 2 * 4 * 16 * 4096**2 * 64
+    assert flops.attention_flops(4, 16, 4096, 64, causal=False) == 4 * 4 * 16 * 4096**2 * 64
+    assert flops.attention_flops(4, 16, 4096, 64, causal=True) == 2 * 4 * 16 * 4096**2 * 64
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -208,7 +214,7 @@ def test_causal_work_is_counted_as_half():
     ("NVIDIA GeForce RTX 4090", None),
 ])
 def test_data_sheet_peaks_match_the_most_specific_name(name, expected):
-    peaks = gpu_suite.data_sheet_peaks(name)
+    peaks = gpu_peaks.data_sheet_peaks(name)
     assert (peaks["name"], peaks["bf16_dense_tflops"], peaks["hbm_tb_per_s"]) == expected if expected else peaks is None
 
 
@@ -220,13 +226,13 @@ def test_data_sheet_peaks_match_the_most_specific_name(name, expected):
     ("no tests ran in 0.01s\n", "no tests ran in 0.01s", {"passed": 0, "failed": 0, "skipped": 0}),
 ])
 def test_pytest_summaries_are_parsed(output, summary, counts):
-    parsed_summary, parsed = gpu_suite.parse_pytest_summary(output)
+    parsed_summary, parsed = cuda_tests.parse_pytest_summary(output)
     assert parsed_summary == summary
     assert {key: parsed[key] for key in counts} == counts
 
 
 def test_the_cuda_selection_is_every_file_with_cuda_cases():
-    names = [path.name for path in gpu_suite.cuda_test_files(ROOT / "tests")]
+    names = [path.name for path in cuda_tests.cuda_test_files(ROOT / "tests")]
     assert set(names) == {"test_multihead.py", "test_block.py", "test_kvcache.py", "test_triton_kernel.py"}
     assert "test_gpu_suite.py" not in names and "test_softmax.py" not in names
 
@@ -234,10 +240,10 @@ def test_the_cuda_selection_is_every_file_with_cuda_cases():
 def test_recorded_runs_are_real_gpu_runs_only(tmp_path, dry_run):
     (tmp_path / "dry.json").write_text(json.dumps(dry_run[0]))
     (tmp_path / "cpu-bench.json").write_text((ROOT / "lessons" / "results" / "cpu-2core-float32.json").read_text())
-    assert gpu_suite.recorded_runs(tmp_path) == []
+    assert report.recorded_runs(tmp_path) == []
     gpu_shaped = synthetic_gpu_result()
     (tmp_path / "gpu.json").write_text(json.dumps(gpu_shaped))
-    assert gpu_suite.recorded_runs(tmp_path) == [json.loads(json.dumps(gpu_shaped))]
+    assert report.recorded_runs(tmp_path) == [json.loads(json.dumps(gpu_shaped))]
 
 
 # ---------------------------------------------------------------------------------------------- the command line
@@ -248,7 +254,7 @@ def nothing_runs(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the suite ran before its arguments were checked")
 
-    monkeypatch.setattr(gpu_suite, "run_suite", refuse)
+    monkeypatch.setattr(suite, "run_suite", refuse)
 
 
 @pytest.mark.usefixtures("nothing_runs")
@@ -279,9 +285,9 @@ def test_a_dry_run_may_not_write_into_lessons_results(capsys):
 
 def synthetic_gpu_result():
     """A result shaped like an H100 run, with invented round numbers: for these tests only, never committed."""
-    sizes = gpu_suite.GPU
-    peaks = {"matched": gpu_suite.data_sheet_peaks("NVIDIA H100 80GB HBM3"), "source": gpu_suite.DATA_SHEET_SOURCE,
-             "table": gpu_suite.DATA_SHEET_PEAKS}
+    sizes = suite_sizes.GPU
+    peaks = {"matched": gpu_peaks.data_sheet_peaks("NVIDIA H100 80GB HBM3"), "source": gpu_peaks.DATA_SHEET_SOURCE,
+             "table": gpu_peaks.DATA_SHEET_PEAKS}
     rates = {"explicit": 100.0, "sdpa flash": 400.0, "sdpa efficient": 300.0, "sdpa cudnn": 500.0, "sdpa math": 80.0,
              "triton": 250.0}  # TFLOP/s, invented
     rows = []
@@ -289,7 +295,7 @@ def synthetic_gpu_result():
         for causal in (False, True):
             for length in sizes.lengths:
                 for impl, rate in rates.items():
-                    row = gpu_suite.core_row(impl, head_dim, length, causal, sizes)
+                    row = core.core_row(impl, head_dim, length, causal, sizes)
                     quadratic = impl in ("explicit", "sdpa math")
                     if quadratic and length >= 16384:
                         status = "out of memory" if length == 16384 else "skipped"
@@ -301,7 +307,7 @@ def synthetic_gpu_result():
                         memory = sizes.batch * sizes.heads * per_head / 2**20
                         row.update(status="ok", seconds=row["flops"] / (rate * 1e12), peak_mib=memory, repeats=10,
                                    relative_error=0.004)
-                    gpu_suite.add_rates(row, 600.0, peaks, "bfloat16")
+                    core.add_rates(row, 600.0, peaks, "bfloat16")
                     rows.append(row)
     layer = [{"mode": mode, "causal": causal, **sizes.layer, "dtype": "bfloat16", "relative_error": 0.004,
               "ours": {"status": "ok", "seconds": 1.1e-3}, "reference": {"status": "ok", "seconds": 1e-3}, "ratio": 1.1}
@@ -310,17 +316,17 @@ def synthetic_gpu_result():
                "layer_step": {"status": "ok", "tb_per_s": 1.0 + length / 32768, "seconds_per_token": 1e-4, "share_of_hbm": 0.3},
                "attention_only": {"status": "ok", "tb_per_s": 2.0 + length / 32768}} for length in sizes.decode["cache_lengths"]]
     return {
-        "schema": gpu_suite.SCHEMA, "dry_run": False, "complete": True, "seconds": 300.0,
+        "schema": report.SCHEMA, "dry_run": False, "complete": True, "seconds": 300.0,
         "provenance": {"device_type": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.2,
                        "date_utc": "2026-01-01T00:00:00+00:00", "command": "invented for the test", "torch": "0.0",
                        "cuda": "0.0", "cudnn": 0, "triton": "0.0", "numpy": "0.0", "driver": "0.0"},
-        "peaks": peaks, "flop_counting": gpu_suite.FLOP_COUNTING, "decode_counting": gpu_suite.DECODE_COUNTING,
+        "peaks": peaks, "flop_counting": core.FLOP_COUNTING, "decode_counting": gpu_decode.DECODE_COUNTING,
         "timing": {}, "sizes": asdict(sizes), "section_errors": {}, "section_seconds": {},
         "cuda_tests": {"status": "ran", "passed": 60, "failed": 0, "skipped": 0, "errors": 0, "summary": "60 passed in 9.00s",
                        "failures": []},
         "ceilings": {"matmul": {"status": "ok", "tflops": 600.0, "size": [8192] * 3, "dtype": "bfloat16"},
                      "copy": {"status": "ok", "tb_per_s": 2.5}},
-        "core": rows, "explicit_out_of_memory": gpu_suite.explicit_out_of_memory(rows, sizes.batch, sizes.heads, "bfloat16"),
+        "core": rows, "explicit_out_of_memory": core.explicit_out_of_memory(rows, sizes.batch, sizes.heads, "bfloat16"),
         "layer": layer, "decode": decode,
     }
 
@@ -328,7 +334,7 @@ def synthetic_gpu_result():
 @pytest.fixture
 def gpu_result():
     result = synthetic_gpu_result()
-    assert gpu_suite.validate(result) == [], "the synthetic result must have a real run's shape"
+    assert report.validate(result) == [], "the synthetic result must have a real run's shape"
     yield result
     plt.close("all")
 
@@ -379,11 +385,11 @@ def test_decode_plot_draws_the_bandwidth_against_hbm(gpu_result):
     axis = figure.axes[0]
     assert {3.35, 2.5} <= horizontal_lines(axis)
     step = next(line for line in axis.get_lines() if line.get_label() == "layer step with the KV cache")
-    assert list(step.get_xdata()) == list(gpu_suite.GPU.decode["cache_lengths"])
+    assert list(step.get_xdata()) == list(suite_sizes.GPU.decode["cache_lengths"])
 
 
 def test_the_printed_table_reads_a_gpu_shaped_result(gpu_result):
-    lines = gpu_suite.summary_lines(gpu_result)
+    lines = report.summary_lines(gpu_result)
     assert lines[:2] == ["GPU suite: NVIDIA H100 80GB HBM3, 2026-01-01", "  torch 0.0, CUDA 0.0, cuDNN 0, Triton 0.0"]
     assert "CUDA tests: 60 passed, 0 failed, 0 errors, 0 skipped" in lines
     assert "matmul 8192^3 bfloat16: 600 TFLOP/s (61% of the data-sheet peak)" in lines
@@ -429,7 +435,7 @@ def test_a_run_with_a_failed_part_still_draws_the_others(gpu_result):
     figure = gpu_plots.plot_throughput(gpu_result)
     assert horizontal_lines(figure.axes[0]) == {989.0}, "no measured ceiling without the ceilings part"
     assert gpu_plots.plot_decode_bandwidth(gpu_result) is not None
-    assert "layer: FAILED, RuntimeError: x" in gpu_suite.summary_lines(gpu_result)
+    assert "layer: FAILED, RuntimeError: x" in report.summary_lines(gpu_result)
 
 
 def test_the_figures_write_their_maths_as_mathtext(gpu_result):

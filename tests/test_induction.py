@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attn.induction import (
+from attn.models.induction import (
     LONGER_BLOCK_LENGTHS,
     SEED,
     TEST_SEED,
@@ -37,7 +37,7 @@ from attn.induction import (
     weights_by_distance,
     weights_path,
 )
-from attn.induction_runs import CHECKPOINT_EVERY, RUN_SEEDS, RUNS_NAME, run_with_checkpoints
+from attn.models.induction_runs import CHECKPOINT_EVERY, RUN_SEEDS, RUNS_NAME, run_with_checkpoints
 
 MODELS = Path(__file__).resolve().parent.parent / "lessons" / "models"
 
@@ -556,7 +556,7 @@ def test_loss_per_position_agrees_with_copy_metrics():
 
 
 # ---------------------------------------------------------------------------------------------
-# The shipped models: python -m attn.induction --out lessons/models
+# The shipped models: python -m attn.models.induction --out lessons/models
 
 
 def shipped_record():
@@ -642,7 +642,7 @@ def test_retraining_with_the_same_seed_reproduces_the_shipped_two_layer_model():
 
 
 # ---------------------------------------------------------------------------------------------
-# Training's on_step hook, and the runs with checkpoints: python -m attn.induction_runs --out lessons/models
+# Training's on_step hook, and the runs with checkpoints: python -m attn.models.induction_runs --out lessons/models
 
 
 def test_on_step_is_called_after_every_update_and_changes_nothing():
@@ -730,7 +730,7 @@ def test_run_with_checkpoints_refuses_bad_arguments(arguments, error, message):
 
 
 def test_the_runs_command_refuses_an_output_that_is_a_file(tmp_path, capsys):
-    from attn.induction_runs import main
+    from attn.models.induction_runs import main
 
     blocker = tmp_path / "a_file"
     blocker.write_text("")

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from attn import reading_time
+from attn.course import reading_time
 from tests.notebooks import LESSONS, ROOT, load
 
 GUIDE = ROOT / "book" / "instructors.md"
@@ -165,7 +165,7 @@ def test_every_exercise_is_placed_once_in_each_schedule(guide):
 def test_running_times_are_included_with_one_row_per_notebook(guide):
     assert "```{include} lesson_times.md\n```" in section(guide, "## Running times")
     if not TIMES.exists():
-        pytest.skip("book/lesson_times.md is written by python -m attn.execute --times book/lesson_times.md")
+        pytest.skip("book/lesson_times.md is written by python -m attn.course.execute --times book/lesson_times.md")
     header, rows = tables(TIMES.read_text())[0]
     assert header == ["Notebook", "Running time (s)"]
     assert [name for name, _ in rows] == [title(path) for path in LESSONS]
@@ -173,7 +173,7 @@ def test_running_times_are_included_with_one_row_per_notebook(guide):
 
 
 def test_reading_times_follow_the_stated_rule(guide, reading):
-    """Each notebook's reading time is attn.reading_time's rule applied to the notebook, with the
+    """Each notebook's reading time is attn.course.reading_time's rule applied to the notebook, with the
     exercises the workshop does in class (or as pre-work) counted in and its homework left out."""
     _, rows = tables(section(guide, "## Where each exercise belongs"))[0]
     workshop = {row[0].split(" ", 1)[0]: row[1] for row in rows}

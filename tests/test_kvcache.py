@@ -181,8 +181,8 @@ def test_preallocated_cache_refuses_a_bad_capacity(capacity):
 
 
 def test_a_model_decodes_through_preallocated_caches_as_through_kv_caches():
-    from attn.decoder import Decoder, stepwise_logits
     from attn.kvcache import PreallocatedKVCache
+    from attn.models.decoder import Decoder, stepwise_logits
 
     torch.manual_seed(0)
     model = Decoder(vocab_size=9, max_length=10, embed_dim=16, num_heads=4, num_layers=2, num_kv_heads=2).eval()

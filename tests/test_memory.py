@@ -1,4 +1,4 @@
-"""attn.memory.peak_bytes counts what a function holds, and lesson 12's memory claims hold when measured with it.
+"""attn.measure.memory.peak_bytes counts what a function holds, and lesson 12's memory claims hold when measured with it.
 
 The explicit path's peak grows like T^2 (4x per doubling), the tiled one's like T (2x), and the
 recomputing backward keeps a training step's memory linear.
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attn.flash import flash_attention, tiled_attention
-from attn.memory import peak_bytes
+from attn.measure.memory import peak_bytes
 from attn.multihead import explicit_attention
 
 MIB = 2**20

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from attn import MultiHeadAttention, TransformerBlock, apply_rotary
-from attn.decoder import Decoder, generate, seconds_per_token, sequence_accuracy
-from attn.induction import AttentionOnlyTransformer, load_trained, make_repeat_data, train, training_batches, weights_path
+from attn.measure.timing import seconds_per_token
+from attn.models.decoder import Decoder, generate, sequence_accuracy
+from attn.models.induction import AttentionOnlyTransformer, load_trained, make_repeat_data, train, training_batches, weights_path
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
@@ -129,11 +130,12 @@ def test_induction_takes_every_seed_pytorch_takes():
 
 def test_load_trained_names_the_missing_folder_and_how_to_make_it(tmp_path):
     missing = tmp_path / "models"
-    expected = f"there is no folder {missing}, so no induction_2layer.pt in it; python -m attn.induction --out {missing} trains"
+    expected = (f"there is no folder {missing}, so no induction_2layer.pt in it; "
+                f"python -m attn.models.induction --out {missing} trains")
     with pytest.raises(FileNotFoundError, match=f"^{re.escape(expected)}"):
         load_trained(missing, 2)
     missing.mkdir()
-    expected = f"{missing} holds no induction_1layer.pt (the 1-layer model's weights); python -m attn.induction --out"
+    expected = f"{missing} holds no induction_1layer.pt (the 1-layer model's weights); python -m attn.models.induction --out"
     with pytest.raises(FileNotFoundError, match=f"^{re.escape(expected)}"):
         load_trained(missing, 1)
 
@@ -168,7 +170,7 @@ def test_load_trained_refuses_what_is_not_a_weights_file_without_unsafe_advice(t
     with pytest.raises(ValueError) as error:
         load_trained(tmp_path, 2)
     message = str(error.value)
-    assert message.startswith(str(path)) and f"make it with python -m attn.induction --out {tmp_path}" in message
+    assert message.startswith(str(path)) and f"make it with python -m attn.models.induction --out {tmp_path}" in message
     assert "weights_only" not in message
 
 

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attn import apply_rotary, sinusoidal_positions
-from attn.decoder import Decoder, generate
-from attn.induction import (
+from attn.models.decoder import Decoder, generate
+from attn.models.induction import (
     duplicate_token_scores,
     induction_scores,
     make_repeat_data,
@@ -63,7 +63,7 @@ def test_generate_without_cache_equals_the_package_both_ways(lesson10, num_kv_he
 
 
 def package_guesses(tokens):
-    """tokens (1, T) -> the lookup's T - 1 guesses from attn.induction.previous_occurrence (None: no entry)."""
+    """tokens (1, T) -> the lookup's T - 1 guesses from attn.models.induction.previous_occurrence (None: no entry)."""
     earlier = previous_occurrence(tokens)[0].tolist()  # (T,)
     return [None if position < 0 else tokens[0, position + 1].item() for position in earlier[:-1]]
 
@@ -93,7 +93,7 @@ def random_weights(seed, batch, heads, length):
 @given(seed=st.integers(0, 10_000), batch=st.integers(1, 4), length=st.integers(2, 20), vocab_size=st.integers(1, 10),
        keep=st.floats(0.2, 1.0))
 def test_the_lessons_scores_equal_the_package(lesson11, seed, batch, length, vocab_size, keep):
-    """Lesson 11's loop-and-index scores against attn.induction's, on random weights and tokens with repeats of any
+    """Lesson 11's loop-and-index scores against attn.models.induction's, on random weights and tokens with repeats of any
     kind (a token may occur many times: both take its most recent earlier occurrence) and random chosen queries."""
     generator = torch.Generator().manual_seed(seed)
     weights = random_weights(seed, batch, 2, length)  # (B, H, T, T)

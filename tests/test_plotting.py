@@ -22,8 +22,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.font_manager import FontProperties  # noqa: E402
 
-from attn import fruit  # noqa: E402
-from attn.plotting import (  # noqa: E402
+from attn.common.plotting import (  # noqa: E402
     BACKGROUND,
     COLORMAP,
     COLUMN_WIDTH,
@@ -45,6 +44,7 @@ from attn.plotting import (  # noqa: E402
     use_course_style,
     weight_bars,
 )
+from attn.course import fruit  # noqa: E402
 from tests.notebooks import LESSONS, code_cells, load  # noqa: E402
 
 
@@ -175,7 +175,7 @@ def test_weight_bars():
 
 
 def test_explorer_pieces():
-    from attn.explorer import explorer, fruit_attention, sweep_grid
+    from attn.course.explorer import explorer, fruit_attention, sweep_grid
 
     weights, output = fruit_attention([0.8, 0.2, 0.1])
     np.testing.assert_allclose(weights, [0.3722, 0.3473, 0.2805], atol=1e-4)
@@ -193,7 +193,7 @@ def test_explorer_pieces():
 
 
 def test_sweep_grid_titles_fit_side_by_side_and_typeset_the_temperature():
-    from attn.explorer import sweep_grid
+    from attn.course.explorer import sweep_grid
 
     figure = sweep_grid([0.8, 0.2, 0.1])
     renderer = figure.canvas.get_renderer()
@@ -240,13 +240,13 @@ def test_figure_text_typesets_its_maths(path):
 
 
 def test_the_explorer_figures_typeset_their_maths():
-    import attn.explorer
+    import attn.course.explorer
 
-    assert not ascii_maths_in_figure_text(inspect.getsource(attn.explorer))
+    assert not ascii_maths_in_figure_text(inspect.getsource(attn.course.explorer))
 
 
 def test_the_page_explorer_carries_the_fruit_table_and_no_script():
-    from attn.explorer import QUERY_SLIDER, TEMPERATURE_EXPONENT, explorer_data, page_explorer
+    from attn.course.explorer import QUERY_SLIDER, TEMPERATURE_EXPONENT, explorer_data, page_explorer
 
     markup = page_explorer()._repr_html_()
     assert markup == page_explorer()._repr_html_(), "the same HTML every run (strict nbval compares it)"

@@ -5,10 +5,10 @@ import inspect
 import pytest
 
 from attn.block import TransformerBlock
-from attn.decoder import Decoder
 from attn.flash import Tiling, backward_tiles, forward_tiles
-from attn.induction import AttentionOnlyTransformer
-from attn.memory import _StorageCounter, peak_bytes
+from attn.measure.memory import _StorageCounter, peak_bytes
+from attn.models.decoder import Decoder
+from attn.models.induction import AttentionOnlyTransformer
 from attn.triton_kernels import kernel_source
 
 WIDTH = 78  # the longest printed line of lesson 6's MultiHeadAttention.forward: fits at 1280 px

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attn.recall import RecallModel, accuracy, make_recall_data, most_common_value_accuracy, train
+from attn.models.recall import RecallModel, accuracy, make_recall_data, most_common_value_accuracy, train
 
 
 def test_data_is_a_valid_lookup():

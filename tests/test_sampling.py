@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn.decoder import Decoder, generate
+from attn.models.decoder import Decoder, generate
 from attn.sampling import kept_probabilities, sample_next
 from tests.notebooks import ROOT, teaching_namespace
 

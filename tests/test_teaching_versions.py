@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attn import fruit, scaled_dot_product_attention, softmax
+from attn import scaled_dot_product_attention, softmax
+from attn.course import fruit
 from tests.notebooks import ROOT, teaching_namespace
 
 vectors = arrays(np.float64, 4, elements=st.floats(-10, 10))

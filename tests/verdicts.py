@@ -1,6 +1,6 @@
 """Helpers for the self-check tests: a verdict that must be "Not yet" or "Correct"."""
 
-from attn.exercises import verdict
+from attn.course.exercises import verdict
 
 
 def not_yet(exercise_id, answer):

@@ -31,14 +31,14 @@ except ImportError:
     sys.exit(f"tools/gpu_run.sh: {sys.argv[1]} cannot import torch; set PYTHON to the interpreter that has it")
 if not torch.cuda.is_available():
     sys.exit(f"tools/gpu_run.sh: torch {torch.__version__} sees no CUDA GPU here; to try the suite on the CPU, run "
-             f"{sys.argv[1]} -m attn.bench --suite gpu --dry-run --out /tmp/gpu-dry.json")
+             f"{sys.argv[1]} -m attn.measure.bench --suite gpu --dry-run --out /tmp/gpu-dry.json")
 PYTHON
 
 out=lessons/results/gpu-$name.json
 log=lessons/results/gpu-$name.log
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 status=0
-"$python" -m attn.bench --suite gpu --out "$out" 2>&1 | tee "$log" || status=$?
+"$python" -m attn.measure.bench --suite gpu --out "$out" 2>&1 | tee "$log" || status=$?
 if [[ -n $copy_to ]]; then
     cp "$out" "$log" "$copy_to"/
 fi

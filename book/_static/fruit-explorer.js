@@ -1,15 +1,15 @@
 /*
  * Lesson 4's fruit attention explorer, computed in the page: no kernel, nothing fetched.
  *
- * The lesson's cell (attn.explorer.page_explorer) writes <div class="fruit-explorer" data-explorer="...">
+ * The lesson's cell (attn.course.explorer.page_explorer) writes <div class="fruit-explorer" data-explorer="...">
  * holding the fruit table as JSON. This script builds the controls inside it and recomputes, on every
- * change, what attn.explorer.fruit_attention computes: scores = keys . query, divided by sqrt(d_k) when
+ * change, what attn.course.explorer.fruit_attention computes: scores = keys . query, divided by sqrt(d_k) when
  * scaling is on, then by the temperature; a max-subtracted softmax; output = weights . values.
  */
 (function () {
   "use strict";
 
-  /** Weights, output and chosen item for one setting (the same steps as attn.explorer.fruit_attention). */
+  /** Weights, output and chosen item for one setting (the same steps as attn.course.explorer.fruit_attention). */
   function fruitAttention(data, query, scaled, temperature) {
     if (!(temperature > 0)) {
       throw new RangeError("temperature must be positive, got " + temperature);

@@ -1,0 +1,283 @@
+"""Argument checks shared by every layer, model and measurement: each wrong input becomes one sentence that says what to do.
+
+The layers call these before any arithmetic, so a bad call never gets as far as a traceback from
+inside PyTorch and never changes a cache.
+"""
+
+import math
+import numbers
+
+import torch
+
+
+def type_name(value):
+    """``numpy.ndarray`` for a NumPy array, ``list`` for a list: the name a learner recognises."""
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def require_tensor(name, value):
+    """TypeError unless ``value`` is a torch.Tensor, with the conversion to use where there is one."""
+    if isinstance(value, torch.Tensor):
+        return
+    message = f"{name} must be a torch.Tensor, got {type_name(value)}"
+    if type(value).__module__ == "numpy":
+        message += f"; convert it with torch.as_tensor({name})"
+    elif isinstance(value, list | tuple):
+        message += f"; convert it with torch.tensor({name})"
+    raise TypeError(message)
+
+
+def require_floating(name, tensor):
+    """TypeError unless ``tensor`` holds floating-point numbers (attention averages, so ints and bools cannot work)."""
+    if not tensor.is_floating_point():
+        raise TypeError(f"{name} must hold floating-point numbers, got {tensor.dtype}; convert it with {name}.float()")
+
+
+def require_finite(name, tensor, consequence="attention would spread it to every output that sees it"):
+    """ValueError if ``tensor`` holds NaN or inf (one reduction over the tensor, and a wait for its result).
+
+    A tensor on the meta device (shapes without numbers) is refused with a sentence, since nothing can be computed.
+    """
+    if tensor.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device, which keeps shapes but no numbers, so nothing can be computed from it; "
+            "create the layer and the inputs on a real device such as 'cpu' (a meta layer: layer.to_empty(device='cpu'))"
+        )
+    if not torch.isfinite(tensor).all():
+        raise ValueError(f"{name} contains NaN or inf; {consequence}")
+
+
+
+
+def require_like(name, tensor, reference):
+    """``tensor`` must have the dtype and device of ``reference``, a weight of the layer it is given to."""
+    if tensor.dtype != reference.dtype:
+        raise TypeError(
+            f"{name} is {tensor.dtype} but the layer's weights are {reference.dtype}; convert the layer with "
+            f"layer.to({tensor.dtype}) or the input with {name}.to({reference.dtype})"
+        )
+    if tensor.device != reference.device:
+        raise ValueError(
+            f"{name} is on device {tensor.device} but the layer is on device {reference.device}; move one of them: "
+            f"{name}.to('{reference.device}') or layer.to('{tensor.device}')"
+        )
+
+
+def positive_int(name, value):
+    """``value`` as an int if it is a positive whole number (not a bool, a float or a string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive int, got {type_name(value)} {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return int(value)
+
+
+def whole_count(name, value):
+    """``value`` as an int >= 0 (a whole number, not a bool, a float or a string)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == 0:
+        return 0
+    return positive_int(name, value)
+
+
+def seed_value(value):
+    """``value`` as a seed PyTorch's generator takes: a whole number from -2**63 to 2**64 - 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"seed must be a whole number, got {type_name(value)} {value!r}")
+    if not -(2**63) <= value <= 2**64 - 1:
+        raise ValueError(f"seed must lie between -2**63 and 2**64 - 1 (what PyTorch's generator takes), got {value}")
+    return int(value)
+
+
+def probability(name, value):
+    """``value`` as a float if it is a number in [0, 1): a dropout probability."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number in [0, 1), got {type_name(value)} {value!r}")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1) (the probability of dropping a weight), got {value}")
+    return float(value)
+
+
+def check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads):
+    """The constructor arguments of MultiHeadAttention; returns (embed_dim, num_heads, dropout, num_kv_heads)."""
+    embed_dim, num_heads = positive_int("embed_dim", embed_dim), positive_int("num_heads", num_heads)
+    if embed_dim % num_heads:
+        raise ValueError(f"embed_dim={embed_dim} must be a positive multiple of num_heads={num_heads}")
+    if not isinstance(bias, bool):
+        raise TypeError(f"bias must be True or False, got {type_name(bias)} {bias!r}")
+    num_kv_heads = num_heads if num_kv_heads is None else positive_int("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}: "
+            "each key/value head serves a whole group of query heads"
+        )
+    return embed_dim, num_heads, probability("dropout", dropout), num_kv_heads
+
+
+def check_sequence(name, tensor, embed_dim, weight):
+    """``tensor`` must be a floating-point (B, T, embed_dim) torch.Tensor with ``weight``'s dtype and device."""
+    require_tensor(name, tensor)
+    require_floating(name, tensor)
+    if tensor.dim() != 3 or tensor.shape[-1] != embed_dim:
+        raise ValueError(f"{name} must have shape (B, T, {embed_dim}), got {tuple(tensor.shape)}")
+    require_like(name, tensor, weight)
+
+
+def check_block_input(block, x):
+    """The input of TransformerBlock.forward: (B, T, E), the block's dtype and device, finite, and small enough
+    that the first LayerNorm does not overflow on it (that costs one more LayerNorm, without gradients)."""
+    check_sequence("x", x, block.attention.embed_dim, block.norm1.weight)
+    require_finite("x", x)
+    with torch.no_grad():
+        normed = block.norm1(x)  # (B, T, E)
+    if not torch.isfinite(normed).all():
+        largest = x.abs().max().item()
+        raise ValueError(
+            f"the block's input x is finite, but its first LayerNorm (norm1) overflowed on it: the largest |x| is "
+            f"{largest:.3g}, too large for {x.dtype} once squared; scale x down, or use float64"
+        )
+
+
+def check_inputs(layer, query, key, value, is_causal, cache):
+    """Everything about one call of MultiHeadAttention.forward except the masks (see attn.masks).
+
+    Checks kinds, dtypes, devices and shapes first, then that query, key and value are finite:
+    that costs one reduction per distinct input (self-attention passes one tensor three times and
+    pays once), and on a GPU a wait for the result.
+    """
+    weight = layer.query_proj.weight
+    inputs = (("query", query), ("key", key), ("value", value))
+    for name, tensor in inputs:
+        check_sequence(name, tensor, layer.embed_dim, weight)
+    if not query.shape[0] == key.shape[0] == value.shape[0]:
+        raise ValueError(
+            f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if key.shape[1] != value.shape[1]:
+        raise ValueError(f"key and value lengths differ: key {tuple(key.shape)}, value {tuple(value.shape)}")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)} {is_causal!r}")
+    if cache is not None:
+        # Known by what it does, not by its class: attn.common sits under the layers and imports none of them.
+        if not all(callable(getattr(cache, method, None)) for method in ("append", "check_fits")):
+            raise TypeError(f"cache must be an attn.KVCache or None, got {type_name(cache)}")
+        cache.check_fits(query.shape[0], layer.num_kv_heads, layer.head_dim, weight.dtype, weight.device)
+    seen = []
+    for name, tensor in inputs:
+        if not any(tensor is earlier for earlier in seen):
+            require_finite(name, tensor)
+            seen.append(tensor)
+
+
+def check_attention_shapes(query, key, value):
+    """Shapes for explicit_attention and fused_attention: query (B, H, T_q, d), key and value (B, H_kv, T_k, d)."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_tensor(name, tensor)
+        if tensor.dim() != 4:
+            raise ValueError(f"{name} must have shape (B, H, T, d), got {tuple(tensor.shape)}")
+    batch, num_heads, _, head_dim = query.shape
+    if key.shape != value.shape or key.shape[0] != batch or key.shape[-1] != head_dim:
+        raise ValueError(
+            f"key and value must both be (B, H_kv, T_k, d) = ({batch}, H_kv, T_k, {head_dim}) for query "
+            f"{tuple(query.shape)}, got key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if key.shape[1] == 0 or num_heads % key.shape[1]:
+        raise ValueError(f"key/value heads ({key.shape[1]}) must divide query heads ({num_heads})")
+
+
+MAX_MLP_BYTES = 2**36  # 64 GiB: a TransformerBlock whose MLP weights would need more is surely a typo
+
+
+def check_block_arguments(embed_dim, mlp_ratio, activation):
+    """TransformerBlock's own arguments; returns the MLP's hidden width, mlp_ratio * embed_dim."""
+    if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, numbers.Real):
+        raise TypeError(f"mlp_ratio must be a positive number, got {type_name(mlp_ratio)} {mlp_ratio!r}")
+    hidden = mlp_ratio * embed_dim
+    if not (math.isfinite(hidden) and hidden >= 1 and abs(hidden - round(hidden)) < 1e-6):
+        raise ValueError(f"mlp_ratio * embed_dim must be a positive whole number of features, got {mlp_ratio} * {embed_dim}")
+    weight_bytes = 2 * round(hidden) * embed_dim * torch.get_default_dtype().itemsize  # the MLP's two weight matrices
+    if weight_bytes > MAX_MLP_BYTES:
+        raise ValueError(
+            f"mlp_ratio={mlp_ratio} gives an MLP of {round(hidden):,} hidden features, whose two weight matrices would need "
+            f"{weight_bytes / 2**30:,.0f} GiB; the usual mlp_ratio is 4"
+        )
+    if not isinstance(activation, str):
+        raise TypeError(f"activation must be the string 'gelu' or 'relu', got {type_name(activation)}")
+    if activation not in ("gelu", "relu"):
+        raise ValueError(f"activation must be 'gelu' or 'relu', got {activation!r}")
+    return round(hidden)
+
+
+def check_rotary_arguments(x, positions, base):
+    """The arguments of attn.apply_rotary: x (..., T, d) with d even, positions (T,) or broadcastable, base > 0."""
+    require_tensor("x", x)
+    require_floating("x", x)
+    if x.dim() < 2 or x.shape[-1] == 0 or x.shape[-1] % 2:
+        raise ValueError(f"x must have shape (..., T, d) with d even (features rotate in pairs), got {tuple(x.shape)}")
+    require_finite("x", x, "rotating it would carry it into every score it enters")
+    if isinstance(base, bool) or not isinstance(base, numbers.Real):
+        raise TypeError(f"base must be a positive number, got {type_name(base)} {base!r}")
+    if not (math.isfinite(base) and base > 0):
+        raise ValueError(f"base must be a positive finite number, got {base!r}")
+    if positions is None:
+        return
+    require_tensor("positions", positions)
+    if positions.dtype == torch.bool or positions.dtype.is_complex:
+        raise TypeError(f"positions must hold integers or real numbers, got {positions.dtype}")
+    if positions.device != x.device:
+        raise ValueError(f"positions is on device {positions.device} but x is on {x.device}; move it with positions.to(x.device)")
+    leading = tuple(x.shape[:-1])  # (..., T)
+    try:
+        fits = positions.dim() >= 1 and positions.shape[-1] == leading[-1]
+        fits = fits and torch.broadcast_shapes(positions.shape, leading) == leading
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"positions of shape {tuple(positions.shape)} must be (T,) or broadcast to x.shape[:-1] = {leading}")
+    if positions.is_floating_point() and not torch.isfinite(positions).all():
+        raise ValueError("positions contains NaN or inf")
+
+
+FLASH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
+    """The arguments of lesson 12's tiled attention; returns (block_q, block_k) as ints.
+
+    query (B, H, T_q, d), key and value (B, H, T_k, d): one dtype and device, floating point, finite;
+    T_q, T_k and d at least 1. Blocks are positive ints (a block larger than T is allowed: one tile).
+    """
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_tensor(name, tensor)
+        require_floating(name, tensor)
+        if tensor.dtype not in FLASH_DTYPES:
+            raise TypeError(f"{name} is {tensor.dtype}; tiled attention takes float16, bfloat16, float32 or float64")
+        if tensor.dim() != 4 or 0 in tensor.shape:
+            raise ValueError(f"{name} must have shape (B, H, T, d) with no size 0, got {tuple(tensor.shape)}")
+    if key.shape != value.shape or key.shape[:2] != query.shape[:2] or key.shape[-1] != query.shape[-1]:
+        raise ValueError(
+            f"query (B, H, T_q, d) and key, value (B, H, T_k, d) must agree in B, H and d: query "
+            f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    for name, tensor in (("key", key), ("value", value)):
+        if tensor.dtype != query.dtype or tensor.device != query.device:
+            raise TypeError(
+                f"{name} is {tensor.dtype} on {tensor.device} but query is {query.dtype} on {query.device}; "
+                f"convert it with {name}.to(query)"
+            )
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)} {is_causal!r}")
+    if query.device.type == "meta":
+        raise ValueError("query, key and value are on the meta device, which holds shapes but no numbers to attend over")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_finite(name, tensor)
+    return positive_int("block_q", block_q), positive_int("block_k", block_k)
+
+
+def check_rotary_angles(angles, base):
+    """ValueError if the rotation angles (..., T, d / 2) overflowed: a base so small that base^(-2i / d) is inf."""
+    if not torch.isfinite(angles).all():
+        raise ValueError(
+            f"base={base!r} makes the rotation angles overflow {angles.dtype} (the frequencies base^(-2i / d) or the "
+            "angles position * frequency reach inf); use a base above 1, such as the usual 10000"
+        )

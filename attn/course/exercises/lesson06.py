@@ -1,0 +1,75 @@
+"""Lesson 6's exercises: shapes after splitting heads, parameter count, achieved throughput.
+
+torch is imported inside the functions, so that ``import attn`` stays free of it.
+"""
+
+from attn.course.exercises.answers import Number, Shape, compare_without_answer, matches
+from attn.course.exercises.registry import exercise
+
+EMBED_DIM, NUM_HEADS = 512, 8  # exercise 6.2's layer
+BATCH, HEADS, LENGTH, HEAD_DIM, SECONDS = 4, 16, 4096, 64, 0.002  # exercise 6.3's kernel run
+
+
+def _split_shape():
+    import torch
+
+    from attn.multihead import split_heads
+
+    return tuple(split_heads(torch.zeros(2, 10, 64), 8).shape)
+
+
+def _parameter_count():
+    import torch
+
+    from attn.multihead import MultiHeadAttention
+
+    with torch.device("meta"):  # shapes only: no memory, and the learner's random numbers are left alone
+        layer = MultiHeadAttention(EMBED_DIM, NUM_HEADS)
+    return sum(parameter.numel() for parameter in layer.parameters())
+
+
+def _tflops():
+    from attn.flops import attention_flops
+
+    return attention_flops(BATCH, HEADS, LENGTH, HEAD_DIM) / SECONDS / 1e12
+
+
+@exercise(
+    "6.1",
+    Shape("your shape"),
+    solution=_split_shape,
+    success="(B, T, E) = (2, 10, 64) split into 8 heads is (B, H, T, d) = (2, 8, 10, 8).",
+)
+def _split(shape, expected):
+    batch, heads, length, head_dim = expected
+    if shape == (batch, length, heads, head_dim):
+        return "that is the shape after view, before transpose: the heads axis must come before the tokens."
+    if shape != expected:
+        return f"{shape} is not it: the order is (B, H, T, d), and d = E / H."
+    return None
+
+
+@exercise(
+    "6.2",
+    Number("your count", whole=True),
+    solution=_parameter_count,
+    success="4 E^2 weights and 4 E biases: 1,050,624 parameters at E = 512, whatever the number of heads.",
+)
+def _parameters(count, expected):
+    if matches(count, 4 * EMBED_DIM**2):
+        return "that counts the weights only; each of the four projections also has E biases."
+    return compare_without_answer(count, expected, "your count")
+
+
+@exercise(
+    "6.3",
+    Number("your TFLOP/s"),
+    solution=_tflops,
+    success="4 * B * H * T^2 * d / t = 4 * 4 * 16 * 4096^2 * 64 / 0.002 s is about 137 TFLOP/s.",
+)
+def _throughput(tflops, expected):
+    if matches(tflops, expected * 1e12):
+        return "that is in FLOP/s; divide by 1e12 for TFLOP/s."
+    if matches(tflops, expected / 2):
+        return "each of Q K^T and A V takes 2 * B * H * T^2 * d operations (a multiply and an add): 4 in total."
+    return compare_without_answer(tflops, expected, "your TFLOP/s", atol=0.05)

@@ -1,0 +1,195 @@
+"""Reading a GPU suite result: its schema checked, the real runs in a folder found, and the short table printed last.
+"""
+
+import json
+from pathlib import Path
+
+from attn.measure.gpu.core import SDPA_BACKENDS
+
+SCHEMA = "attn.measure.gpu.suite/1"
+
+
+STATUSES = {"ok", "out of memory", "refused", "absent", "skipped", "error"}
+
+
+IMPLEMENTATIONS = ("explicit", *(f"sdpa {name}" for name in SDPA_BACKENDS), "triton")
+
+
+TOP_LEVEL = {
+    "schema": str, "dry_run": bool, "complete": bool, "provenance": dict, "peaks": dict, "flop_counting": str,
+    "decode_counting": str, "timing": dict, "sizes": dict, "section_errors": dict, "section_seconds": dict,
+    "cuda_tests": dict, "ceilings": dict, "core": list, "explicit_out_of_memory": list, "layer": list, "decode": list,
+    "seconds": float,
+}
+
+
+PROVENANCE = ("device_type", "device_name", "date_utc", "command", "torch", "cuda", "cudnn", "triton", "numpy", "driver")
+
+
+def validate(result):
+    """Everything wrong with a suite result's shape, as sentences (an empty list: it follows SCHEMA)."""
+    problems = [f"{key} is missing or not {kind.__name__}" for key, kind in TOP_LEVEL.items()
+                if not isinstance(result.get(key), kind)]
+    problems += [f"the {name} part failed: {reason}" for name, reason in (result.get("section_errors") or {}).items()]
+    if problems:
+        return problems
+    if result["schema"] != SCHEMA:
+        problems.append(f"schema is {result['schema']!r}, not {SCHEMA!r}")
+    problems += [f"provenance has no {key}" for key in PROVENANCE if key not in result["provenance"]]
+    problems += [f"peaks has no {key}" for key in ("matched", "source", "table") if key not in result["peaks"]]
+    if "status" not in result["cuda_tests"]:
+        problems.append("cuda_tests has no status")
+    elif result["cuda_tests"]["status"] == "ran":
+        problems += [f"cuda_tests has no {key}" for key in ("passed", "failed", "skipped", "errors", "summary", "failures")
+                     if key not in result["cuda_tests"]]
+    problems += [f"ceilings has no {key}" for key in ("matmul", "copy") if result["ceilings"].get(key, {}).get("status") is None]
+    problems += core_problems(result["core"], result["sizes"])
+    expected_pairs = {(d, causal) for d in result["sizes"]["head_dims"] for causal in (False, True)}
+    if {(row["head_dim"], row["causal"]) for row in result["explicit_out_of_memory"]} != expected_pairs:
+        problems.append("explicit_out_of_memory does not have one entry per (head_dim, causal)")
+    if len(result["layer"]) != 4 or any("ratio" not in row for row in result["layer"]):
+        problems.append("layer does not have four rows (forward, forward+backward; causal or not), each with a ratio")
+    if [row["cache_length"] for row in result["decode"]] != list(result["sizes"]["decode"]["cache_lengths"]):
+        problems.append("decode does not have one row per cache length")
+    return problems
+
+
+def core_problems(rows, sizes):
+    """What is wrong with the attention-core rows: every implementation at every (d, causal, T), exactly once."""
+    problems = []
+    expected = {(impl, d, causal, length) for impl in IMPLEMENTATIONS for d in sizes["head_dims"]
+                for causal in (False, True) for length in sizes["lengths"]}
+    seen = [(row.get("impl"), row.get("head_dim"), row.get("causal"), row.get("length")) for row in rows]
+    if sorted(seen, key=str) != sorted(expected, key=str):
+        problems.append("core does not hold every implementation at every (head_dim, causal, length) exactly once")
+    for row in rows:
+        where = f"core row {row.get('impl')} d={row.get('head_dim')} T={row.get('length')} causal={row.get('causal')}"
+        if row.get("status") not in STATUSES:
+            problems.append(f"{where}: status {row.get('status')!r} is not one of {sorted(STATUSES)}")
+        elif row["status"] == "ok":
+            missing = [key for key in ("seconds", "repeats", "tflops", "share_of_peak", "share_of_ceiling", "peak_mib", "flops")
+                       if key not in row]
+            if missing or not row["seconds"] > 0:
+                problems.append(f"{where}: a timed row needs seconds > 0 and {', '.join(missing) or 'its rates'}")
+        elif not row.get("reason"):
+            problems.append(f"{where}: status {row['status']!r} without a reason")
+    return problems
+
+
+def recorded_runs(folder):
+    """The GPU suite results in ``folder`` that real GPU runs produced: no dry runs, no CPU runs."""
+    runs = []
+    for path in sorted(Path(folder).glob("*.json")):
+        result = json.loads(path.read_text())
+        if result.get("schema") == SCHEMA and not result.get("dry_run") and result["provenance"]["device_type"] == "cuda":
+            runs.append(result)
+    return runs
+
+
+def percent(share):
+    return f"{share:.0%}" if share is not None else "n/a"
+
+
+SHORT_STATUS = {"out of memory": "OOM"}
+
+
+def core_cell(rows):
+    """One cell of the summary table: the best TFLOP/s an implementation reached over T, or why it has none."""
+    timed = [row for row in rows if row["status"] == "ok"]
+    if not timed:
+        status = rows[0]["status"] if rows else "-"
+        return SHORT_STATUS.get(status, status)
+    best = max(timed, key=lambda row: row["tflops"])
+    rate = f"{best['tflops']:.3g}" if best["tflops"] >= 0.01 else f"{best['tflops']:.0e}"  # at most 5 characters
+    return f"{rate} ({percent(best['share_of_peak'])})"
+
+
+def tests_lines(result):
+    tests = result["cuda_tests"]
+    if tests["status"] != "ran":
+        return [f"CUDA tests: {tests['status']} ({tests.get('reason')})"]
+    return [f"CUDA tests: {tests['passed']} passed, {tests['failed']} failed, {tests['errors']} errors, "
+            f"{tests['skipped']} skipped", f"  pytest: {tests['summary']}", *tests["failures"]]
+
+
+def ceiling_lines(result):
+    peaks, lines = result["peaks"]["matched"], []
+    matmul, copy = result["ceilings"]["matmul"], result["ceilings"]["copy"]
+    if matmul["status"] == "ok":
+        peak = peaks["bf16_dense_tflops"] if peaks and matmul["dtype"] == "bfloat16" else None
+        lines.append(f"matmul {matmul['size'][0]}^3 {matmul['dtype']}: {matmul['tflops']:.3g} TFLOP/s "
+                     f"({percent(matmul['tflops'] / peak if peak else None)} of the data-sheet peak)")
+    else:
+        lines.append(f"matmul: {matmul['status']} ({matmul.get('reason')})")
+    if copy["status"] == "ok":
+        share = percent(copy["tb_per_s"] / peaks["hbm_tb_per_s"] if peaks and peaks["hbm_tb_per_s"] else None)
+        lines.append(f"copy: {copy['tb_per_s']:.3g} TB/s read + written ({share} of the data-sheet HBM)")
+    else:
+        lines.append(f"copy: {copy['status']} ({copy.get('reason')})")
+    return lines
+
+
+def core_lines(result):
+    columns = [(d, causal) for d in result["sizes"]["head_dims"] for causal in (False, True)]
+    lines = ["attention core: best TFLOP/s over T (share of the data-sheet peak)",
+             " " * 17 + "".join(f"{f'd={d}' + (' causal' if causal else ''):>13s}" for d, causal in columns)]
+    for impl in IMPLEMENTATIONS:
+        cells = [core_cell([row for row in result["core"] if row["impl"] == impl and row["head_dim"] == d
+                            and row["causal"] == causal]) for d, causal in columns]
+        lines.append(f"  {impl:15s}" + "".join(f"{cell:>13s}" for cell in cells))
+    return lines
+
+
+def out_of_memory_lines(result):
+    lines = []
+    for entry in result["explicit_out_of_memory"]:
+        where = f"explicit, d={entry['head_dim']}{' causal' if entry['causal'] else ''}:"
+        if entry["within_sweep"]:
+            peak = (entry["peak_mib_of_last"] or 0) / 1024
+            lines.append(f"{where} OOM at T={entry['first_out_of_memory_length']}; "
+                         f"T={entry['last_length_that_ran']} ran, peak {peak:.1f} GiB")
+        else:
+            lines.append(f"{where} no OOM up to T={result['sizes']['lengths'][-1]}")
+    return lines
+
+
+def layer_lines(result):
+    lines = ["layer, ours / nn.MultiheadAttention (median times):"]
+    for causal in (False, True):
+        ratios = [f"{row['mode']} {row['ratio']:.2f}" if row["ratio"] is not None
+                  else f"{row['mode']} {row['ours']['status']}/{row['reference']['status']}"
+                  for row in result["layer"] if row["causal"] == causal]
+        lines.append(f"  {'causal' if causal else 'non-causal':10s}  " + " | ".join(ratios))
+    return lines
+
+
+def decode_lines(result):
+    lines = ["decode with the KV cache: per token, TB/s (share of HBM), attention alone"]
+    for row in result["decode"]:
+        step = row.get("layer_step", {})
+        if step.get("status") == "ok":
+            alone = row["attention_only"].get("tb_per_s")
+            lines.append(f"  cache {row['cache_length']:>6d}: {step['seconds_per_token'] * 1e6:7.0f} us, "
+                         f"{step['tb_per_s']:.3g} TB/s ({percent(step['share_of_hbm'])}), "
+                         f"alone {f'{alone:.3g} TB/s' if alone else row['attention_only']['status']}")
+        else:
+            lines.append(f"  cache {row['cache_length']:>6d}: {step.get('status', row.get('status'))}")
+    return lines
+
+
+SUMMARY_PARTS = {"cuda_tests": tests_lines, "ceilings": ceiling_lines, "core": core_lines,
+                 "explicit_out_of_memory": out_of_memory_lines, "layer": layer_lines, "decode": decode_lines}
+
+
+def summary_lines(result):
+    """The short table the suite prints last, in lines of about 75 characters; a part that failed is named instead."""
+    info = result["provenance"]
+    lines = [f"GPU suite{' (DRY RUN, tiny sizes: not a measurement)' if result['dry_run'] else ''}: "
+             f"{info['device_name']}, {info['date_utc'][:10]}",
+             f"  torch {info['torch']}, CUDA {info['cuda']}, cuDNN {info['cudnn']}, Triton {info['triton']}"]
+    for name, part in SUMMARY_PARTS.items():
+        if result.get(name) is None:
+            lines.append(f"{name}: FAILED, {result.get('section_errors', {}).get(name, 'not run')}")
+        else:
+            lines += part(result)
+    return lines

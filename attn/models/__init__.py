@@ -1,0 +1,5 @@
+"""Models the course trains with its own layers: lesson 7's recall model (recall), lesson 10's decoder (decoder),
+lesson 11's attention-only transformers and their seeds' runs (induction, induction_runs).
+
+These import the layers (the top of ``attn``) and ``attn.common``; never ``attn.measure`` or ``attn.course``.
+"""

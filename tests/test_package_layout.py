@@ -1,0 +1,111 @@
+"""The package's tree shows the course: layers at the top, then models, then measurements and the course's machinery.
+
+Imports run one way. ``attn.common`` (helpers under everything) imports nothing else of the package; a layer
+(a module at the top of ``attn/``) imports only common and other layers; a model (``attn.models``) adds the
+layers; a measurement (``attn.measure``) and the course's machinery (``attn.course``) add the models. The
+package's own ``__init__`` is the public front door and may name anything. No module grows past about 400
+lines without a reason written here.
+"""
+
+import ast
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "attn"
+
+SUBPACKAGES = ("common", "models", "measure", "course")
+# Which groups each group may import (its own included).
+ALLOWED = {
+    "common": {"common"},
+    "layers": {"common", "layers"},
+    "models": {"common", "layers", "models"},
+    "measure": {"common", "layers", "models", "measure"},
+    "course": {"common", "layers", "models", "course"},
+}
+# The public paths that /work/shared/COURSE.md promises for modules that live in a subpackage: a thin front door
+# each, which only re-exports (checked below), so they count as the group they point into.
+FRONT_DOORS = {}
+LONG_MODULES = {
+    # module: why it stays whole
+    "attn/course/exercises/answers.py": "every kind of answer a learner can type, read into one clean form and judged; "
+                                        "its parts share the private helpers that name an answer's kind",
+    "attn/course/exercises/primer.py": "the interlude's four exercises and their named mistakes, "
+                                       "one lesson's module like the others",
+}
+
+
+def group_of(module):
+    """'common', 'layers', 'models', 'measure', 'course', or None for the package's front door ``attn`` itself."""
+    parts = module.split(".")
+    if parts == ["attn"]:
+        return None
+    if module in FRONT_DOORS:
+        return FRONT_DOORS[module]
+    return parts[1] if parts[1] in SUBPACKAGES else "layers"
+
+
+def module_name(path):
+    relative = path.relative_to(ROOT).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path):
+    """Every attn module a file imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("attn")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("attn") and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names
+                      if (PACKAGE.parent / f"{node.module}.{alias.name}".replace(".", "/")).with_suffix(".py").exists()
+                      or (PACKAGE.parent / f"{node.module}.{alias.name}".replace(".", "/")).is_dir()}
+    return found
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_imports_run_one_way(path):
+    name = module_name(path)
+    group = group_of(name)
+    if group is None:
+        return
+    wrong = sorted(other for other in imported_modules(path)
+                   if group_of(other) is not None and group_of(other) not in ALLOWED[group])
+    assert not wrong, f"{name} ({group}) imports {', '.join(wrong)}, which {group} may not: see this file's docstring"
+
+
+def test_every_subpackage_says_what_lives_there_and_who_may_import_it():
+    for init in PACKAGE.rglob("__init__.py"):
+        docstring = ast.get_docstring(ast.parse(init.read_text()))
+        assert docstring and len(docstring) > 60, f"{init.relative_to(ROOT)} needs a docstring saying what lives there"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_module_grows_past_about_400_lines_without_a_reason(path):
+    relative = str(path.relative_to(ROOT))
+    lines = len(path.read_text().splitlines())
+    assert lines <= 420 or relative in LONG_MODULES, f"{relative} has {lines} lines: split it by concern, or say why not here"
+
+
+def test_every_subpackage_is_installed():
+    """pyproject.toml lists every package folder, so that a non-editable install has the whole tree."""
+    listed = (ROOT / "pyproject.toml").read_text()
+    for init in PACKAGE.rglob("__init__.py"):
+        assert f'"{module_name(init)}"' in listed, f"pyproject.toml's packages lack {module_name(init)}"
+
+
+def test_the_direction_check_catches_a_layer_that_imports_a_model(tmp_path):
+    """The checker itself: a layer importing a model, written to a temporary file, is found."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("from attn.models.decoder import Decoder\nimport attn.measure.timing\n")
+    found = imported_modules(sample)
+    assert {"attn.models.decoder", "attn.measure.timing"} <= found
+    assert {group_of(module) for module in found} - ALLOWED["layers"] == {"models", "measure"}

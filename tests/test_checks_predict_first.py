@@ -5,6 +5,7 @@ numbers; its "Not yet" reply must say how far off they are without showing the e
 of the ways the course prints numbers. New exercises are covered as soon as they register.
 """
 
+import math
 import re
 
 import numpy as np
@@ -12,8 +13,9 @@ import pytest
 import torch
 
 from attn.exercises import EXERCISES, exercise_ids
-from attn.exercises.answers import Number, _number_text, compare_without_answer, how_far, normalise, show
+from attn.exercises.answers import Array, Function, Number, _number_text, compare_without_answer, how_far, normalise, show
 from attn.exercises.lesson11 import EARLIER, LATER, single_repeat_sequence
+from attn.exercises import verdict
 from tests.verdicts import not_yet
 
 # Multiple choice: the options are listed in the statement, so a reply may name them all ("1, 2 or 3").
@@ -168,3 +170,156 @@ def test_exercise_8_3_names_a_forgotten_out_proj():
     embed = 64
     reply = not_yet("9.2", 12 * embed**2 + 13 * embed - (embed**2 + embed))
     assert "you left out the output projection, out_proj" in reply and "four projections, not three" in reply
+
+
+# Issue 30: array answers are covered too, and every named mistake is planted ---------------------------
+
+ARRAY_EXERCISES = [
+    exercise_id for exercise_id in exercise_ids()
+    if isinstance(EXERCISES[exercise_id].expects, Array) and EXERCISES[exercise_id].expects.kind != "mask"
+]
+ARRAY_FUNCTIONS = [
+    exercise_id for exercise_id in exercise_ids()
+    if isinstance(EXERCISES[exercise_id].expects, Function) and EXERCISES[exercise_id].expects.returns.kind == "float"
+]
+
+
+def telling_entries(values):
+    """The entries of an expected array a reply could give away: not small whole numbers, which sentences use
+    for other things ("index 2", "one of its 3 entries")."""
+    flat = np.asarray(values, dtype=float).ravel()[:50]
+    return [value for value in flat if not (float(value).is_integer() and abs(value) < 10)]
+
+
+def test_the_array_sweep_covers_the_array_exercises():
+    assert {"1.1", "1.2", "2.1", "2.3", "3.2", "4.2", "4.3", "12.1"} <= set(ARRAY_EXERCISES)
+    assert {"1.3", "3.1", "4.1", "10.3", "P.1", "P.2"} <= set(ARRAY_FUNCTIONS) | {"1.3", "P.2"}
+
+
+@pytest.mark.parametrize("exercise_id", ARRAY_EXERCISES)
+def test_a_wrong_array_is_not_told_the_answer(exercise_id):
+    found = EXERCISES[exercise_id]
+    expected = normalise(found.solution(), found.expects).astype(float)
+    one_off = expected.copy()
+    one_off.flat[-1] = one_off.flat[-1] * 0.93 + 0.01
+    for wrong in (expected * 1.1 + 0.01, expected * 0.5 + 0.01, one_off, -expected - 1, expected[::-1] + 0.2):
+        reply = not_yet(exercise_id, wrong)
+        for value in telling_entries(expected):
+            assert not shows_value(reply, value), f"{exercise_id} gives an entry away for {wrong}: {reply}"
+
+
+@pytest.mark.parametrize("exercise_id", ARRAY_FUNCTIONS)
+def test_a_wrong_array_from_a_function_is_not_told_the_answer(exercise_id):
+    found = EXERCISES[exercise_id]
+    solution = found.solution()
+
+    def scaled(*arguments):
+        output = solution(*arguments)
+        return 1.1 * (output.detach().double() if isinstance(output, torch.Tensor) else np.asarray(output)) + 0.01
+
+    reply = not_yet(exercise_id, scaled)
+    for _, arguments in found.expects.calls():
+        output = solution(*arguments)
+        values = output.detach().numpy() if isinstance(output, torch.Tensor) else output
+        for value in telling_entries(values):
+            assert not shows_value(reply, value), f"{exercise_id} gives an entry away: {reply}"
+
+
+@pytest.mark.parametrize("exercise_id", [i for i in NUMBER_EXERCISES + ARRAY_EXERCISES if i not in ("11.1",)])
+def test_a_value_rounded_as_printed_is_told_it_looks_rounded(exercise_id):
+    """One rule (welcome page): a value rounded to 2 decimals is Correct or told it looks rounded, never more."""
+    found = EXERCISES[exercise_id]
+    expected = normalise(found.solution(), found.expects)
+    if getattr(found.expects, "kind", "") == "whole" or np.array_equal(expected, np.round(expected)):
+        return
+    rounded = np.round(expected, 2)
+    reply = verdict(exercise_id, rounded if rounded.ndim else float(rounded))
+    assert reply.startswith("Correct") or "looks rounded (to " in reply, f"{exercise_id}: {reply}"
+
+
+def _fruit(name):
+    from attn import fruit
+
+    return getattr(fruit, name)
+
+
+def test_exercise_3_1_names_dividing_by_the_number_of_keys_and_the_fruits_d_k():
+    reply = not_yet("3.1", lambda query, keys: keys @ query / np.sqrt(len(keys)))
+    assert "square root of the number of keys, T_k" in reply
+    assert "keys.shape[1]" in not_yet("3.1", lambda query, keys: keys @ query / np.sqrt(3))
+    # the fruit table alone could not tell them apart: on it, both agree with the answer
+    keys, query = _fruit("KEYS"), np.array([0.1, 0.9, 0.2])
+    assert np.allclose(keys @ query / np.sqrt(len(keys)), keys @ query / np.sqrt(keys.shape[1]))
+    assert verdict("3.1", lambda query, keys: keys @ query / np.sqrt(keys.shape[1])).startswith("Correct")
+
+
+def test_exercise_4_1_names_subtracting_the_minimum_and_calling_a_helper():
+    from attn.softmax import softmax
+
+    reply = not_yet("4.1", lambda scores: np.exp(scores - scores.min()) / np.exp(scores - scores.min()).sum())
+    assert "wide spread" in reply and "subtracting the smallest score" in reply
+    assert "Correct" not in reply
+
+    def calls_softmax(scores):
+        return softmax(scores)
+
+    assert "calls softmax" in not_yet("4.1", calls_softmax)
+
+
+def test_exercise_6_1_names_heads_and_head_size_swapped():
+    assert "swapped the number of heads and the head size" in not_yet("6.1", (2, 16, 10, 4))
+
+
+def test_exercise_12_3_names_nan_after_an_all_masked_first_block_and_a_swapped_return():
+    def without_shift(row_max, row_sum, block):  # the solution published before issue 30
+        new_max = max(row_max, block.max())
+        return new_max, row_sum * math.exp(row_max - new_max) + np.exp(block - new_max).sum()
+
+    reply = not_yet("12.3", without_shift)
+    assert "all-masked" in reply and "shift" in reply
+
+    def swapped(row_max, row_sum, block):
+        from attn.exercises.lesson12 import update_statistics
+
+        return update_statistics(row_max, row_sum, block)[::-1]
+
+    assert "the other way round" in not_yet("12.3", swapped)
+
+
+def test_exercise_5_1_names_the_inverted_mask():
+    from attn import causal_mask
+
+    assert "True and False swapped" in not_yet("5.1", ~causal_mask(4))
+
+
+def test_exercise_4_2_names_the_output_and_weights_pair():
+    from attn.attention import scaled_dot_product_attention
+
+    pair = scaled_dot_product_attention(np.array([[0.1, 0.9, 0.2]]), _fruit("KEYS"), _fruit("VALUES"))
+    reply = not_yet("4.2", pair)
+    assert "(output, weights)" in reply and "(2, 1, 3)" not in reply
+
+
+def test_exercise_7_2_refuses_a_function_that_asks_the_trained_model():
+    from attn.recall import RecallModel
+
+    model = RecallModel()
+
+    def by_the_model(keys, values, query):
+        with torch.no_grad():
+            return model(keys, values, query)[0].argmax(dim=-1)
+
+    assert "far beyond the trained model's 16" in not_yet("7.2", by_the_model)
+
+
+def test_the_hints_that_named_the_wrong_mistake_now_name_the_right_one():
+    from attn.exercises.lesson06 import _tflops
+
+    assert "values to get" in not_yet("2.3", np.array([0.0, 0.0, 1.0])) and "VALUES" not in not_yet("2.3", [0, 0, 1.0])
+    assert "keys.T" in not_yet("3.2", np.zeros((3, 2))) and "KEYS" not in not_yet("3.2", np.zeros((3, 2)))
+    assert "factor of 16" in how_far(_tflops() / 16, _tflops(), "x")
+
+
+def test_no_hint_or_success_answers_its_own_question():
+    assert "2**2 * 1**2" not in " ".join(not_yet("3.3", wrong) for wrong in (2.0, 1.0, 128.0, 64.0))
+    assert "10" not in EXERCISES["1.2"].success and "above" not in EXERCISES["1.2"].success

@@ -55,7 +55,7 @@ def calls_a_helper(function, names=HELPERS):
     stack, seen = ([code] if code is not None else []), set()
     while stack:
         current = stack.pop()
-        seen |= set(current.co_names)
+        seen |= set(current.co_names) | set(current.co_freevars)
         stack.extend(constant for constant in current.co_consts if hasattr(constant, "co_names"))
     return next((name for name in names if name in seen), None)
 

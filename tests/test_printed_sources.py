@@ -1,4 +1,4 @@
-"""Code that lessons 8 to 12 print fits the book's output block (78 characters)."""
+"""Code that lessons 7 to 12 print fits the book's output block (78 characters)."""
 
 import inspect
 
@@ -9,6 +9,7 @@ from attn.decoder import Decoder
 from attn.flash import Tiling, backward_tiles, forward_tiles
 from attn.induction import AttentionOnlyTransformer
 from attn.memory import _StorageCounter, peak_bytes
+from attn.recall import RecallModel, train
 from attn.triton_kernels import kernel_source
 
 WIDTH = 78  # the longest printed line of lesson 6's MultiHeadAttention.forward: fits at 1280 px
@@ -19,10 +20,12 @@ WIDTH = 78  # the longest printed line of lesson 6's MultiHeadAttention.forward:
     [
         TransformerBlock, Decoder.forward, AttentionOnlyTransformer.forward, forward_tiles, backward_tiles,
         Tiling.key_tiles, Tiling.mask, peak_bytes, _StorageCounter.__torch_dispatch__, kernel_source,
+        RecallModel.__init__, RecallModel.forward, train,
     ],
     ids=[
         "TransformerBlock", "Decoder.forward", "AttentionOnlyTransformer.forward", "forward_tiles", "backward_tiles",
         "Tiling.key_tiles", "Tiling.mask", "peak_bytes", "_StorageCounter.__torch_dispatch__", "the Triton kernel",
+        "RecallModel.__init__", "RecallModel.forward", "train",
     ],
 )
 def test_printed_source_fits_the_column(printed):

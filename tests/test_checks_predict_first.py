@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from attn.exercises import EXERCISES, exercise_ids
+from attn.exercises import EXERCISES, exercise_ids, verdict
 from attn.exercises.answers import Array, Function, Number, _number_text, compare_without_answer, how_far, normalise, show
 from attn.exercises.lesson11 import EARLIER, LATER, single_repeat_sequence
-from attn.exercises import verdict
 from tests.verdicts import not_yet
 
 # Multiple choice: the options are listed in the statement, so a reply may name them all ("1, 2 or 3").

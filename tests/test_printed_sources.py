@@ -6,11 +6,11 @@ import pytest
 
 from attn.block import TransformerBlock
 from attn.decoder import Decoder
-from attn.flash import Tiling, backward_tiles, forward_tiles
+from attn.flash import Tiling, _FlashAttention, backward_tiles, forward_tiles
 from attn.induction import AttentionOnlyTransformer
 from attn.memory import _StorageCounter, peak_bytes
 from attn.recall import RecallModel, train
-from attn.triton_kernels import kernel_source
+from attn.triton_kernels import kernel_source, launch_source
 
 WIDTH = 78  # the longest printed line of lesson 6's MultiHeadAttention.forward: fits at 1280 px
 
@@ -20,15 +20,15 @@ WIDTH = 78  # the longest printed line of lesson 6's MultiHeadAttention.forward:
     [
         TransformerBlock, Decoder.forward, AttentionOnlyTransformer.forward, forward_tiles, backward_tiles,
         Tiling.key_tiles, Tiling.mask, peak_bytes, _StorageCounter.__torch_dispatch__, kernel_source,
-        RecallModel.__init__, RecallModel.forward, train,
+        RecallModel.__init__, RecallModel.forward, train, _FlashAttention, launch_source,
     ],
     ids=[
         "TransformerBlock", "Decoder.forward", "AttentionOnlyTransformer.forward", "forward_tiles", "backward_tiles",
         "Tiling.key_tiles", "Tiling.mask", "peak_bytes", "_StorageCounter.__torch_dispatch__", "the Triton kernel",
-        "RecallModel.__init__", "RecallModel.forward", "train",
+        "RecallModel.__init__", "RecallModel.forward", "train", "_FlashAttention", "the kernel's launch",
     ],
 )
 def test_printed_source_fits_the_column(printed):
-    lines = (printed() if printed is kernel_source else inspect.getsource(printed)).splitlines()
+    lines = (printed() if printed in (kernel_source, launch_source) else inspect.getsource(printed)).splitlines()
     too_long = [line for line in lines if len(line) > WIDTH]
     assert not too_long, too_long

@@ -382,6 +382,8 @@ def call(function, label, arguments, returns):
         raise AnswerError(f"called {label}, your function raised {type(error).__name__}{_colon(error)}.")
     if output is None:
         raise AnswerError(f"called {label}, your function returned None: does it end with a return statement?")
+    if output is Ellipsis:
+        raise AnswerError("your function still returns ...: replace the ... with your code.")
     return normalise(output, replace(returns, what=f"what your function returned when called {label}"))
 
 

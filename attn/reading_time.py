@@ -14,7 +14,8 @@ rounded to the nearest multiple of ROUND_TO. Code counts twice over where a cell
 source that a lesson prints from the package (``inspect.getsource``, the Triton kernel's
 ``kernel_source`` and ``launch_source``) is code the learner reads line by line, so its printed
 characters count as code too (before issue 30 only the one line that printed it counted, which made
-lesson 12, most of whose code is printed, look 30 minutes shorter than a learner took). Reading speed is slow because the prose is technical:
+lesson 12, most of whose code is printed, look 30 minutes shorter than a learner took).
+Reading speed is slow because the prose is technical:
 it carries shapes and numbers to check against the code. A display formula is a step to work
 through, a figure is read against the text, code is read, run and its output compared with the
 prose. Code is measured in characters (each line stripped of its indentation), not lines, so that

@@ -322,3 +322,18 @@ def test_the_hints_that_named_the_wrong_mistake_now_name_the_right_one():
 def test_no_hint_or_success_answers_its_own_question():
     assert "2**2 * 1**2" not in " ".join(not_yet("3.3", wrong) for wrong in (2.0, 1.0, 128.0, 64.0))
     assert "10" not in EXERCISES["1.2"].success and "above" not in EXERCISES["1.2"].success
+
+
+def test_exercise_1_1_says_why_a_blend_that_prices_banana_is_not_it():
+    for blend in ([0.5, 0.0, 0.5], [1 / 3, 1 / 3, 1 / 3]):  # (9 + 3) / 2 = 6, and the mean of 9, 6, 3 is 6
+        reply = not_yet("1.1", blend)
+        assert "do give banana's price" in reply and "one-hot" in reply
+
+
+def test_values_rounded_as_lessons_4_and_7_print_them_are_told_so():
+    from attn import fruit
+    from attn.softmax import softmax
+
+    cold = softmax(fruit.KEYS @ fruit.QUERY / np.sqrt(3) / 0.5)
+    assert "looks rounded (to 3 decimals)" in not_yet("4.3", cold.round(3))  # lesson 4 prints .round(3)
+    assert "looks rounded (to 2 decimals)" in not_yet("7.1", 0.06)

@@ -337,3 +337,12 @@ def test_values_rounded_as_lessons_4_and_7_print_them_are_told_so():
     cold = softmax(fruit.KEYS @ fruit.QUERY / np.sqrt(3) / 0.5)
     assert "looks rounded (to 3 decimals)" in not_yet("4.3", cold.round(3))  # lesson 4 prints .round(3)
     assert "looks rounded (to 2 decimals)" in not_yet("7.1", 0.06)
+
+
+def test_the_welcome_page_states_the_rounding_rule_the_checks_apply():
+    from pathlib import Path
+
+    welcome = (Path(__file__).resolve().parents[1] / "book" / "welcome.md").read_text()
+    reply = not_yet("2.2", 0.33)
+    assert "looks rounded" in reply and "use the unrounded value" in reply
+    assert "looks rounded: use the unrounded value" in welcome and "never shows the expected value" in welcome

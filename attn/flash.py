@@ -190,31 +190,35 @@ def backward_tiles(saved, grad_output, tiling):
     grad_q, grad_k, grad_v = (torch.zeros_like(t) for t in (q, k, v))
     for rows in tiling.query_tiles():
         for cols in tiling.key_tiles(rows):
-            scores = q[:, :, rows] @ k[:, :, cols].transpose(-2, -1) * scale
+            q_tile, k_tile = q[:, :, rows], k[:, :, cols]  # (B, H, bq/bk, d)
+            scores = q_tile @ k_tile.transpose(-2, -1) * scale
             scores = tiling.mask(scores, rows, cols)  # (B, H, bq, bk)
             weights = torch.exp(scores - lse[:, :, rows])  # recomputed
             grad_o_tile = grad_o[:, :, rows]  # (B, H, bq, d)
             grad_v[:, :, cols] += weights.transpose(-2, -1) @ grad_o_tile
             grad_weights = grad_o_tile @ v[:, :, cols].transpose(-2, -1)
             grad_scores = weights * (grad_weights - delta[:, :, rows]) * scale
-            grad_q[:, :, rows] += grad_scores @ k[:, :, cols]
-            grad_k[:, :, cols] += grad_scores.mT @ q[:, :, rows]
+            grad_q[:, :, rows] += grad_scores @ k_tile
+            grad_k[:, :, cols] += grad_scores.transpose(-2, -1) @ q_tile
     return tuple(grad.to(saved[0].dtype) for grad in (grad_q, grad_k, grad_v))
 
 
 class _FlashAttention(torch.autograd.Function):
-    """Saves query, key, value, the output and the log-sum-exp: O(T d) numbers, never the T x T weights."""
+    """Saves Q, K, V, the output and the log-sum-exp: O(T d) numbers,
+    never the T x T weights."""
 
     @staticmethod
     def forward(ctx, query, key, value, tiling):
         output, logsumexp = forward_tiles(query, key, value, tiling)
+        # ctx carries what backward needs from forward to backward
         ctx.save_for_backward(query, key, value, output, logsumexp)
         ctx.tiling = tiling
         return output
 
     @staticmethod
     def backward(ctx, grad_output):
-        return (*backward_tiles(ctx.saved_tensors, grad_output, ctx.tiling), None)
+        grads = backward_tiles(ctx.saved_tensors, grad_output, ctx.tiling)
+        return (*grads, None)  # one per forward input; tiling has none
 
 
 def flash_attention(query, key, value, is_causal=False, key_padding_mask=None, block_q=64, block_k=64):

@@ -9,6 +9,7 @@ for Linux only), ``triton_status()`` says so in a sentence and ``flash_forward``
 import functools
 import importlib.metadata
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -60,15 +61,18 @@ def flash_forward(query, key, value, is_causal=False, block_q=32, block_k=32):
             "Triton's interpreter (3.7) multiplies bfloat16 tiles wrongly (tl.dot on the CPU), so the kernel "
             "refuses bfloat16 there; pass float16 or float32 on the CPU, or run bfloat16 on a GPU"
         )
-    query, key, value = (tensor.contiguous() for tensor in (query, key, value))
+    query, key, value = (t.contiguous() for t in (query, key, value))
     batch, num_heads, t_q, head_dim = query.shape
     output = torch.empty_like(query)
-    grid = (-(-t_q // block_q), batch * num_heads)  # (query tiles, batch x heads), one program each
-    kernel[grid](
-        query, key, value, output,
-        *query.stride()[:3], *key.stride()[:3], *value.stride()[:3], *output.stride()[:3],
+    # one program per (query tile, batch x head); -(-a // b) rounds a / b up
+    grid = (-(-t_q // block_q), batch * num_heads)
+    kernel[grid](  # kernel: flash_forward_kernel under triton.jit
+        query, key, value, output,  # each tensor arrives as a pointer
+        *query.stride()[:3], *key.stride()[:3],  # the b, h, t strides
+        *value.stride()[:3], *output.stride()[:3],
         num_heads, t_q, key.shape[2], head_dim, head_dim**-0.5,
         IS_CAUSAL=is_causal, BLOCK_Q=block_q, BLOCK_K=block_k,
+        # the feature axis padded to a power of 2, at least 16
         BLOCK_D=max(16, 1 << (head_dim - 1).bit_length()),
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
     )
@@ -97,6 +101,12 @@ def _kernel():
 
     interpreting = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
     return triton.jit(flash_forward_kernel), interpreting
+
+
+def launch_source():
+    """The lines of ``flash_forward`` that launch the kernel, from its file (lesson 12 prints them)."""
+    text = inspect.getsource(flash_forward)
+    return text[text.index("    query, key, value = (t.contiguous()"):].rstrip("\n")
 
 
 def kernel_source():

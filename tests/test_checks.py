@@ -17,7 +17,7 @@ import torch
 from attn import check
 from attn.course import fruit
 from attn.course.exercises import EXERCISES, exercise_ids, verdict
-from attn.course.exercises.answers import AnswerError, Array, Function, Number, Shape, compare, normalise
+from attn.course.exercises.answers import AnswerError, Array, Function, Number, Shape, compare, how_far, normalise
 from attn.course.exercises.lesson02 import DURABLE_QUERY
 from attn.course.exercises.lesson07 import hard_recall
 from tests.notebooks import ROOT, code_cells, load, tags
@@ -87,7 +87,9 @@ def test_one_hot_check(capsys):
 def test_weights_for_a_price_check(capsys):
     assert printed(capsys, "1.2", [1 / 3, 0.0, 2 / 3]).startswith("Correct")
     assert "the price; give the weights" in printed(capsys, "1.2", 5.0)
-    assert "are they rounded?" in printed(capsys, "1.2", [0.33, 0.0, 0.67])
+    assert "looks rounded (to 2 decimals)" in printed(capsys, "1.2", [0.33, 0.0, 0.67])
+    assert "looks rounded (to 4 decimals)" in printed(capsys, "1.2", [0.3333, 0.0, 0.6667])
+    assert "price 4.9998, not quite 5" in printed(capsys, "1.2", [0.3333, 0.0, 0.6667 - 1e-9])
     assert "wrong way round" in printed(capsys, "1.2", [2 / 3, 0.0, 1 / 3])
     assert "sum to 0.5556, not 1" in printed(capsys, "1.2", [5 / 9, 0.0, 0.0])
     assert "something on banana" in printed(capsys, "1.2", [0.0, 1 / 3, 2 / 3])
@@ -101,7 +103,10 @@ def test_lookup_function_check(capsys):
     assert printed(capsys, "1.3", weighted_lookup).startswith("Correct")
     assert "returned 0" in printed(capsys, "1.3", lambda name: PRICES.get(name, 0))
     assert "no brackets" in printed(capsys, "1.3", 9)
-    assert "expected 9" in printed(capsys, "1.3", lambda name: 1)
+    # Changed by issue 30: no check shows the expected value ("expected 9" used to say the price).
+    wrong_price = printed(capsys, "1.3", lambda name: 1)
+    assert "the price your lookup gives for 'apple' is too small, by about a factor of 9" in wrong_price
+    assert "9" not in wrong_price.replace("factor of 9", "")
     # Changed by issue 10: the dictionary's own lookup used to be Correct; the exercise asks for one-hot weights.
     assert "dictionary's own lookup" in printed(capsys, "1.3", PRICES.__getitem__)
 
@@ -116,27 +121,32 @@ def test_lesson_2_to_4_checks_accept_the_right_answer_and_name_common_mistakes(c
     cosine = banana @ DURABLE_QUERY / (np.linalg.norm(banana) * np.linalg.norm(DURABLE_QUERY))
     assert printed(capsys, "2.2", cosine).startswith("Correct")
     assert "plain dot product" in printed(capsys, "2.2", banana @ DURABLE_QUERY)
+    slip = banana @ DURABLE_QUERY / np.linalg.norm(banana) * np.linalg.norm(DURABLE_QUERY)  # issue 30: precedence
+    assert "a @ b / (x * y)" in printed(capsys, "2.2", slip)
+    assert "looks rounded (to 2 decimals)" in printed(capsys, "2.2", 0.33)  # the value the Correct message quotes
     fruit_cosine = banana @ fruit.QUERY / (np.linalg.norm(banana) * np.linalg.norm(fruit.QUERY))
     assert "the fruit query's cosine with banana" in printed(capsys, "2.2", fruit_cosine)
     assert "one-hot weight vector" in printed(capsys, "2.3", np.array([0.0, 0.0, 1.0]))
     assert printed(capsys, "2.3", fruit.VALUES[2]).startswith("Correct")
-    assert "unscaled" in printed(capsys, "3.1", scores)
-    assert "square root" in printed(capsys, "3.1", scores / 3)
+    assert "unscaled" in printed(capsys, "3.1", lambda query, keys: keys @ query)
+    assert "square root" in printed(capsys, "3.1", lambda query, keys: keys @ query / keys.shape[1])
+    assert "pass your scaled_scores function itself" in printed(capsys, "3.1", scores / np.sqrt(3))
     assert "(3, 2)" in printed(capsys, "3.2", np.zeros((3, 2)))
     assert printed(capsys, "3.2", np.stack([fruit.QUERY, DURABLE_QUERY]) @ fruit.KEYS.T / np.sqrt(3)).startswith("Correct")
-    assert "overflows" in printed(capsys, "4.1", np.array([np.nan, np.nan, np.nan]))
-    assert printed(capsys, "4.1", softmax(np.array([0.0, 1.0, 2.0]))).startswith("Correct")
-    assert "divide them by their sum" in printed(capsys, "4.1", np.exp([-2.0, -1.0, 0.0]))
+    assert "overflows" in printed(capsys, "4.1", lambda scores: np.exp(scores) / np.exp(scores).sum())
+    assert "divide them by their sum" in printed(capsys, "4.1", lambda scores: np.exp(scores - scores.max()))
     assert "not scaled" in printed(capsys, "4.2", softmax(scores) @ fruit.VALUES)
     fruit_scores = fruit.KEYS @ fruit.QUERY / np.sqrt(3)
-    assert "divide the scores" in printed(capsys, "4.3", softmax(fruit_scores * 0.5))
+    assert "weights at temperature 2" in printed(capsys, "4.3", softmax(fruit_scores * 0.5))
+    assert "weights at temperature 2" in printed(capsys, "4.3", softmax(fruit_scores / 2))  # issue 30
+    assert "you multiplied by the temperature" not in printed(capsys, "4.3", softmax(fruit_scores / 2))
     assert printed(capsys, "4.3", softmax(fruit_scores / 0.5)).startswith("Correct")
 
 
 def test_predicted_variance_check_names_the_common_mistakes(capsys):
     assert printed(capsys, "3.3", 4).startswith("Correct")
     assert printed(capsys, "3.3", 128 / 32).startswith("Correct")
-    assert "standard deviation of the scaled score, not its variance" in printed(capsys, "3.3", 2.0)
+    assert "looks like a standard deviation, not a variance" in printed(capsys, "3.3", 2.0)
     assert "unit-variance entries" in printed(capsys, "3.3", 1.0)
     assert "variance of the unscaled q . k; dividing" in printed(capsys, "3.3", 128.0)
     assert "standard deviation of the unscaled" in printed(capsys, "3.3", np.sqrt(128))
@@ -177,10 +187,11 @@ def test_lesson_5_checks(capsys):
 
 
 def test_lesson_6_checks(capsys):
-    assert printed(capsys, "6.1", (2, 8, 10, 8)).startswith("Correct")
-    assert printed(capsys, "6.1", torch.Size([2, 8, 10, 8])).startswith("Correct")
-    assert "before transpose" in printed(capsys, "6.1", (2, 10, 8, 8))
-    assert "(B, H, T, d)" in printed(capsys, "6.1", (2, 8, 10, 64))
+    assert printed(capsys, "6.1", (2, 4, 10, 16)).startswith("Correct")
+    assert printed(capsys, "6.1", torch.Size([2, 4, 10, 16])).startswith("Correct")
+    assert "before transpose" in printed(capsys, "6.1", (2, 10, 4, 16))
+    assert "swapped the number of heads and the head size" in printed(capsys, "6.1", (2, 16, 10, 4))  # issue 30
+    assert "d = E / H" in printed(capsys, "6.1", (2, 4, 10, 64))
     assert "tuple" in printed(capsys, "6.1", 5)
     assert printed(capsys, "6.2", 1_050_624).startswith("Correct")
     assert "biases" in printed(capsys, "6.2", 4 * 512 * 512)
@@ -188,6 +199,11 @@ def test_lesson_6_checks(capsys):
     assert printed(capsys, "6.3", expected).startswith("Correct")
     assert "divide by 1e12" in printed(capsys, "6.3", expected * 1e12)
     assert "4 in total" in printed(capsys, "6.3", expected / 2)
+    # Issue 30: each named mistake, and a value rounded as the lesson prints it.
+    assert "you left out the heads" in printed(capsys, "6.3", expected / 16)
+    assert "T appears squared" in printed(capsys, "6.3", expected / 4096)
+    assert "looks rounded" in printed(capsys, "6.3", round(expected, 1))
+    assert "factor of 16" in how_far(expected / 16, expected, "x")
 
 
 def test_lesson_7_checks(capsys):
@@ -237,9 +253,19 @@ def test_primer_checks(capsys):
 
     assert printed(capsys, "P.2", by_hand).startswith("Correct")
     assert printed(capsys, "P.2", lambda logits, targets: by_hand(logits, targets).item()).startswith("Correct")
-    assert printed(
+    # Changed by issue 30: the log of a softmax (or of exp over its sum) fails on logits in the hundreds.
+    log_of_softmax = printed(
         capsys, "P.2", lambda logits, targets: -torch.log(torch.softmax(logits, dim=1)[range(len(targets)), targets]).mean()
-    ).startswith("Correct")
+    )
+    assert "torch.log_softmax" in log_of_softmax
+    unstable = printed(
+        capsys,
+        "P.2",
+        lambda logits, targets: -torch.log(
+            (logits.exp() / logits.exp().sum(-1, keepdim=True))[range(len(targets)), targets]
+        ).mean(),
+    )
+    assert "torch.log_softmax" in unstable
     assert "minus sign" in printed(capsys, "P.2", lambda logits, targets: -by_hand(logits, targets))
     assert "sum over the examples" in printed(capsys, "P.2", lambda logits, targets: by_hand(logits, targets) * len(targets))
     assert "dim=-1" in printed(capsys, "P.2", lambda logits, targets: -logits.log_softmax(0)[range(len(targets)), targets].mean())
@@ -396,7 +422,7 @@ def test_issue_list_of_ellipses():
     assert "your score vector still has a ... in it" in not_yet("2.1", [..., ..., ...])
 
 
-@pytest.mark.parametrize("exercise_id", ["1.1", "1.2", "2.1", "2.2", "3.2", "4.1", "5.1", "5.2", "6.1", "6.2", "7.1"])
+@pytest.mark.parametrize("exercise_id", ["1.1", "1.2", "2.1", "2.2", "3.2", "5.1", "5.2", "6.1", "6.2", "7.1"])
 def test_issue_ragged_lists(exercise_id):
     line = not_yet(exercise_id, [[1.0, 0.0], [1.0]])
     assert "ragged" in line
@@ -661,17 +687,21 @@ def test_compare_says_how_answers_differ():
         return normalise(value, expects)
 
     assert compare(clean([1.0, 2.0]), clean([1.0, 2.0 + 1e-9]), "x") is None
-    assert compare(clean(7.0, NUMBER), clean(7.5, NUMBER), "x") == "x is 7, expected 7.5."
-    assert compare(clean(0.123451, NUMBER), clean(0.123456, NUMBER), "x") == "x is 0.12345, expected 0.12346."
-    assert compare(clean([7.0]), clean([7.5]), "x") == "x holds 7, expected 7.5."
-    assert compare(clean([1.0, 2.0, 4.0]), clean([1.0, 2.0, 3.0]), "x") == (
-        "x differs in one of its 3 entries: at index 2 it is 4, expected 3."
+    # Changed by issue 30: compare never shows the expected value; it says which entry, which way and how far.
+    assert compare(clean(7.0, NUMBER), clean(7.5, NUMBER), "x") == "x is too small, by about 7%."
+    assert compare(clean(0.12, NUMBER), clean(0.123456, NUMBER), "x") == (
+        "x looks rounded (to 2 decimals): use the unrounded value, the variable itself or a Python expression, "
+        "not digits copied from a printout."
     )
-    assert "differs in all 2 entries; the first, at index (0, 0), is 1" in compare(clean([[1, 1]]), clean([[2, 2]]), "x")
+    assert compare(clean([7.0]), clean([7.5]), "x") == "x holds one number, and it is too small, by about 7%."
+    assert compare(clean([1.0, 2.0, 4.0]), clean([1.0, 2.0, 3.0]), "x") == (
+        "x differs in one of its 3 entries: the one at index 2 is too large, by about 33%."
+    )
+    assert "differs in all 2 entries; the first, at index (0, 0), is too small" in compare(clean([[1, 1]]), clean([[2, 2]]), "x")
     assert compare(clean([1.0, 2.0]), clean([1.0, 2.0, 3.0]), "x") == "x has shape (2,), but it should have shape (3,)."
     assert "should be one number, but it is an array of shape (3,)" in compare(clean([1, 2, 3]), clean(1.0, NUMBER), "x")
     assert "should be an array of shape (3,), but it is a single value" in compare(clean(1.0, NUMBER), clean([1, 2, 3]), "x")
-    assert compare(clean(1_050_630, COUNT), clean(1_050_624, COUNT), "x") == "x is 1,050,630, expected 1,050,624."
+    assert compare(clean(1_050_630, COUNT), clean(1_050_624, COUNT), "x") == "x is a little too large, by less than 1%."
 
 
 def test_lists_nested_too_deeply_or_in_themselves_are_named():

@@ -37,17 +37,19 @@ def test_rotary_prediction():
     # Changed by issue 23: the score is not printed; the reply says what is wrong with it in words.
     assert "wrong sign, and its magnitude is too large, by about a factor of 3" in not_yet("8.1", rotary_score(20, 2))
     assert "too large, by about 10%" in not_yet("8.1", 1.1 * rotary_score(5, 2))
-    assert "at least 5 significant digits" in not_yet("8.1", 0.9256)
+    assert "is it rounded? Use the unrounded value" in not_yet("8.1", 0.9256)  # cut, not rounded
+    assert "looks rounded (to 3 decimals)" in not_yet("8.1", round(rotary_score(5, 2), 3))
 
 
 def test_sinusoidal_period():
     period = 2 * math.pi * 1000  # pair 12 of E = 32: 2 pi * 10000^(24/32)
     assert "6,283.2 positions" in correct("8.2", period)
-    assert "6,283.2" in correct("8.2", 6283.2)  # 5 significant digits are enough
-    assert "at least 5 significant digits" in not_yet("8.2", 6283)
+    assert "6,283.2" in correct("8.2", 6283.2)  # within 1 part in 100,000
+    assert "looks rounded (to 4 significant digits)" in not_yet("8.2", 6283)
     assert "a whole turn is 2 pi radians" in not_yet("8.2", 1000)
     assert "i = 12 in the exponent" in not_yet("8.2", 2 * math.pi * 10000 ** (12 / 32))
     assert "already the feature index" in not_yet("8.2", 2 * math.pi * 10000 ** (48 / 32))
+    assert "you used E = 16" in not_yet("8.2", 2 * math.pi * 10000 ** (24 / 16))  # issue 30: the lesson's E
     assert "angle the pair turns per position" in not_yet("8.2", 0.001)
     assert "a frequency" in not_yet("8.2", 1 / period)
     assert "divides 2 pi by" in not_yet("8.2", 2 * math.pi / 1000)
@@ -63,7 +65,8 @@ def test_layer_norm_by_hand():
     with torch.no_grad():
         expected = torch.nn.LayerNorm(4)(token)[-1].item()
     assert "variance (14 / 4" in correct("9.1", expected)
-    assert "variance (14 / 4" in correct("9.1", 1.60357), "5 significant digits are enough"
+    assert "variance (14 / 4" in correct("9.1", 1.60357), "6 significant digits are enough"
+    assert "looks rounded" in not_yet("9.1", 1.6036)  # issue 30: 5 digits look rounded, as the welcome page says
     assert "variance (14 / 4" in correct("9.1", 3 / 3.5**0.5), "eps may be left out by hand"
     assert "n - 1 = 3" in not_yet("9.1", 3 / (14 / 3) ** 0.5)  # torch.var's default
     assert "subtract the mean from it first" in not_yet("9.1", 6 / 3.5**0.5)
@@ -98,16 +101,19 @@ def test_cache_size():
 
 
 def test_step_mask():
-    right = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
+    # Changed by issue 30: 4 new tokens after 6 cached, not the (3, 7) the lesson builds and prints above.
+    right = torch.ones(4, 10, dtype=torch.bool).tril(diagonal=6)
     correct("10.2", right)
     correct("10.2", right.numpy())
-    assert "top-left" in not_yet("10.2", torch.ones(3, 7, dtype=torch.bool).tril())
-    assert "(3, 7)" in not_yet("10.2", torch.ones(7, 7, dtype=torch.bool).tril())
-    assert "two tokens after it" in not_yet("10.2", torch.ones(3, 7, dtype=torch.bool))
+    assert "top-left" in not_yet("10.2", torch.ones(4, 10, dtype=torch.bool).tril())
+    assert "T_q = 4 queries" in not_yet("10.2", torch.ones(10, 10, dtype=torch.bool).tril())
+    assert "the lesson" not in not_yet("10.2", torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4))
+    assert "3 tokens after it" in not_yet("10.2", torch.ones(4, 10, dtype=torch.bool))
     assert "dtype=bool" in not_yet("10.2", right.int())
     one_off = right.clone()
-    one_off[0, 5] = True  # new query 0 (position 4) would see position 5
-    assert "differs in one of its 21 entries" in not_yet("10.2", one_off)
+    one_off[0, 7] = True  # new query 0 (position 6) would see position 7
+    assert "differs in one of its 40 entries" in not_yet("10.2", one_off)
+    assert "is the wrong way round" in not_yet("10.2", one_off)
 
 
 def test_decoding_by_hand():

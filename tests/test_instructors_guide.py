@@ -212,3 +212,14 @@ def test_the_reading_rule_counts_what_a_learner_meets():
         with pytest.raises(ValueError, match="in_class must be a whole number from 0 to 1"):
             reading_time.reading_minutes(counts, wrong)
     assert reading_time.reading_minutes(counts, 1) % reading_time.ROUND_TO == 0
+
+
+def test_code_a_cell_prints_from_the_package_counts_as_code():
+    """Issue 30: lesson 12 prints most of its code (inspect.getsource, the kernel); the rule reads it as code."""
+    printed = "def f(x):\n    return x + 1\n"  # 8 + 12 characters once stripped
+    cells = [
+        {"cell_type": "code", "source": ["print(inspect.getsource(f))"], "outputs": [{"output_type": "stream", "text": printed}]},
+        {"cell_type": "code", "source": ["print(42)"], "outputs": [{"output_type": "stream", "text": "42\n"}]},
+    ]
+    assert reading_time._printed_source(cells[0]) == len("def f(x):") + len("return x + 1")
+    assert reading_time._printed_source(cells[1]) == 0  # ordinary output is part of reading the code, not extra

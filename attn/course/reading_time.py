@@ -10,7 +10,12 @@ opens it only after trying):
             + display formulas * MINUTES_PER_FORMULA
             + exercises done in class * MINUTES_PER_EXERCISE
 
-rounded to the nearest multiple of ROUND_TO. Reading speed is slow because the prose is technical:
+rounded to the nearest multiple of ROUND_TO. Code counts twice over where a cell prints code: the
+source that a lesson prints from the package (``inspect.getsource``, the Triton kernel's
+``kernel_source`` and ``launch_source``) is code the learner reads line by line, so its printed
+characters count as code too (before issue 30 only the one line that printed it counted, which made
+lesson 12, most of whose code is printed, look 30 minutes shorter than a learner took).
+Reading speed is slow because the prose is technical:
 it carries shapes and numbers to check against the code. A display formula is a step to work
 through, a figure is read against the text, code is read, run and its output compared with the
 prose. Code is measured in characters (each line stripped of its indentation), not lines, so that
@@ -40,6 +45,7 @@ ROUND_TO = 5
 
 EXERCISE = re.compile(r"^:::\{exercise\} ([0-9A-Z]+\.[0-9]+):", flags=re.MULTILINE)
 SOLUTION_START = "```{solution-start}"
+PRINTS_SOURCE = re.compile(r"getsource\(|\b(?:kernel|launch)_source\(\)")  # a cell that prints package code
 SOLUTION_END = re.compile(r"```\{solution-end\}\s*\n```")
 DISPLAY_FORMULA = re.compile(r"\$\$.+?\$\$|^```\{math\}", flags=re.DOTALL | re.MULTILINE)
 
@@ -49,7 +55,7 @@ class Counts:
     """What a learner meets in one notebook, hidden solutions left out."""
 
     words: int
-    code_characters: int  # each line without its indentation
+    code_characters: int  # each line without its indentation, printed source included
     figures: int
     formulas: int  # display formulas: $$...$$ or a {math} block
     exercises: tuple  # their ids, e.g. ("8.1", "8.2", "8.3")
@@ -111,11 +117,23 @@ def count(path):
     code = _visible_code(cells)
     return Counts(
         words=sum(len(text.split()) for text in prose),
-        code_characters=sum(len(line.strip()) for cell in code for line in "".join(cell["source"]).splitlines()),
+        code_characters=sum(_characters("".join(cell["source"])) + _printed_source(cell) for cell in code),
         figures=sum("image/png" in output.get("data", {}) for cell in code for output in cell.get("outputs", [])),
         formulas=sum(len(DISPLAY_FORMULA.findall(text)) for text in prose),
         exercises=tuple(found for text in prose for found in EXERCISE.findall(text)),
     )
+
+
+def _characters(text):
+    return sum(len(line.strip()) for line in text.splitlines())
+
+
+def _printed_source(cell):
+    """The characters of the code a cell prints from the package (its printed output), or 0."""
+    if not PRINTS_SOURCE.search("".join(cell["source"])):
+        return 0
+    printed = (output for output in cell.get("outputs", []) if output.get("output_type") == "stream")
+    return sum(_characters("".join(output.get("text", ""))) for output in printed)
 
 
 def unrounded_minutes(counts, in_class):

@@ -70,11 +70,15 @@ class RecallModel(nn.Module):
         self.readout = nn.Linear(embed_dim, n_values)
 
     def forward(self, keys, values, query):
-        """keys, values (B, P), query (B,) -> value logits (B, n_values), weights (B, H, 1, P)."""
-        self._check_ids(keys, values, query)
-        pairs = self.key_embedding(keys) + self.value_embedding(values)  # (B, P, E)
+        """keys, values (B, P), query (B,) -> value logits (B, n_values),
+        weights (B, H, 1, P)."""
+        self._check_ids(keys, values, query)  # ids in range, shapes agree
+        # one token per pair: key embedding + value embedding, (B, P, E)
+        pairs = self.key_embedding(keys) + self.value_embedding(values)
         question = self.key_embedding(query)[:, None, :]  # (B, 1, E)
-        attended, weights = self.attention(question, pairs, pairs, need_weights=True)  # (B, 1, E)
+        attended, weights = self.attention(  # (B, 1, E), (B, H, 1, P)
+            question, pairs, pairs, need_weights=True
+        )
         return self.readout(attended[:, 0]), weights
 
     def _check_ids(self, keys, values, query):
@@ -95,15 +99,17 @@ class RecallModel(nn.Module):
 
 
 def train(model, data, steps=300, batch_size=128, learning_rate=3e-3, seed=0):
-    """Adam on cross-entropy with seeded mini-batches; returns the loss of every step."""
-    steps, batch_size = _count(steps, "steps"), _count(batch_size, "batch_size")
+    """Adam on cross-entropy, seeded mini-batches; the loss of each step."""
+    steps = _count(steps, "steps")  # the checks of the arguments
+    batch_size = _count(batch_size, "batch_size")
     _check_not_empty(data)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     losses = []
     model.train()
     for _ in range(steps):
-        batch = data.batch(torch.randint(len(data), (batch_size,), generator=generator))
+        picked = torch.randint(len(data), (batch_size,), generator=generator)
+        batch = data.batch(picked)  # batch_size examples, drawn with seed
         logits, _ = model(batch.keys, batch.values, batch.query)
         loss = nn.functional.cross_entropy(logits, batch.target)
         optimizer.zero_grad()

@@ -16,8 +16,8 @@ wrong: nothing yet (None or ``...``), text, a yes/no value, a dictionary, a ragg
 complex number, NaN or inf, an empty array, a number that is not whole, a function that
 raises or returns None. Lists and tuples become arrays; PyTorch tensors (on any device,
 with or without ``requires_grad``) are read as NumPy arrays. The shape is left to the checks,
-which look for common mistakes first and then call ``compare`` (or, where the learner predicts the
-answer, ``compare_without_answer``, whose sentence says how far off the answer is without showing it).
+which look for common mistakes first and then call ``compare``, whose sentence says which entry is
+wrong, in which direction and roughly how far, and never shows the expected value.
 """
 
 import contextlib
@@ -102,11 +102,26 @@ def normalise(answer, expects):
         return _called(answer, expects)
     if callable(answer):
         raise AnswerError(f"{expects.what} is a function, but it should be {expects.noun}: call it and give its result.")
+    _check_not_a_pair_of_arrays(answer, expects)
     array = _as_array(answer, expects)
     if isinstance(expects, Shape):
         _check_not_the_array_itself(answer, array, expects)
         return _shape(array, expects)
     return _numbers(array, expects)
+
+
+def _check_not_a_pair_of_arrays(answer, expects):
+    """A tuple of arrays or tensors, such as the (output, weights) an attention function returns, is named."""
+    if not isinstance(answer, tuple) or len(answer) < 2 or isinstance(expects, Shape):
+        return
+    if not all(isinstance(item, np.ndarray) or _kind_of(item) == "tensor" for item in answer):
+        return
+    shapes = ", ".join(str(tuple(item.shape)) for item in answer)
+    raise AnswerError(
+        f"{expects.what} is a tuple of {len(answer)} arrays (shapes {shapes}), such as the (output, weights) pair an "
+        "attention function returns: give only the one asked for (output, weights = ..., or [0]); if they are "
+        "rows of one answer, stack them with np.stack."
+    )
 
 
 def _class_problem(kind, expects):
@@ -346,7 +361,8 @@ def attempt(function, *arguments):
     Whatever it prints is kept out of the check's one-line verdict; ``sys.exit()`` (SystemExit) is
     reported like any error, so that it never stops the check or the kernel.
     """
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    quiet = np.errstate(all="ignore")  # an overflow becomes inf or NaN in the output, which the check names
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), quiet:
         try:
             return function(*arguments), None
         except (Exception, SystemExit) as error:  # noqa: BLE001 - whatever a learner's function raises is reported
@@ -366,6 +382,8 @@ def call(function, label, arguments, returns):
         raise AnswerError(f"called {label}, your function raised {type(error).__name__}{_colon(error)}.")
     if output is None:
         raise AnswerError(f"called {label}, your function returned None: does it end with a return statement?")
+    if output is Ellipsis:
+        raise AnswerError("your function still returns ...: replace the ... with your code.")
     return normalise(output, replace(returns, what=f"what your function returned when called {label}"))
 
 
@@ -404,35 +422,18 @@ def compare(answer, expected, what, atol=1e-6):
     """None when a clean answer equals the clean ``expected``, else a sentence saying how it differs.
 
     Floats may differ by ``atol`` plus 1e-5 of the expected value; whole numbers and masks must be equal.
-    The sentence shows the expected entry: use it where the learner computes an answer that the lesson's
-    own code could print anyway. Where the learner predicts, use ``compare_without_answer``.
+    The sentence never shows the expected value: a single number is told in words how far off it is
+    (``how_far``); an array, which entry is the first wrong one, in which direction and roughly how far.
+    An answer that equals the expected value rounded (as the lessons print numbers) is told so.
     """
     if answer.shape != expected.shape:
         return _shape_problem(answer.shape, expected.shape, what)
     found = _first_wrong(answer, expected, atol)
     if found is None:
         return None
-    positions, first, index = found
-    if answer.size == 1:
-        got, right = _pair(answer.flat[0], expected.flat[0])
-        return f"{what} is {got}, expected {right}." if answer.ndim == 0 else f"{what} holds {got}, expected {right}."
-    got, right = _pair(answer[first], expected[first])
-    if len(positions) == 1:
-        return f"{what} differs in one of its {answer.size} entries: at index {index} it is {got}, expected {right}."
-    return f"{what} differs in {_how_many(positions, answer)} entries; the first, at index {index}, is {got}, expected {right}."
-
-
-def compare_without_answer(answer, expected, what, atol=1e-6):
-    """Like ``compare``, but the sentence never shows the expected value: the check of a predict-first exercise.
-
-    A single number is told in words how far off it is (``how_far``); an array, which entry is the first
-    wrong one and how far off that entry is. The tolerance is ``compare``'s.
-    """
-    if answer.shape != expected.shape:
-        return _shape_problem(answer.shape, expected.shape, what)
-    found = _first_wrong(answer, expected, atol)
-    if found is None:
-        return None
+    rounded = rounding_problem(answer, expected, what)
+    if rounded is not None:
+        return rounded
     if answer.ndim == 0:
         return how_far(answer, expected, what)
     positions, first, index = found
@@ -444,13 +445,48 @@ def compare_without_answer(answer, expected, what, atol=1e-6):
     return f"{what} differs in {_how_many(positions, answer)} entries; the first, at index {index}, {miss}."
 
 
+compare_without_answer = compare  # the name the predict-first checks used; every check now hides the answer
+
+
+def rounding_problem(answer, expected, what):
+    """ "that looks rounded" when ``answer`` is ``expected`` rounded to a few decimals or digits, else None.
+
+    The course's rule, stated on the welcome page: a value rounded as a lesson prints it is not the
+    value, and the check says so rather than calling it wrong in some other way.
+    """
+    if expected.dtype.kind != "f" or answer.dtype.kind != "f" or np.array_equal(expected, np.round(expected)):
+        return None
+    how = _rounded_how(answer, expected)
+    if how is None:
+        return None
+    return (
+        f"{what} looks rounded ({how}): use the unrounded value, the variable itself or a Python "
+        "expression, not digits copied from a printout."
+    )
+
+
+def _rounded_how(answer, expected):
+    """How ``answer`` looks rounded from ``expected`` ("to 2 decimals", "to 3 significant digits"), or None."""
+    with np.errstate(all="ignore"):
+        for decimals in range(1, 7):
+            target = np.round(expected, decimals)
+            if np.any(target != 0) and np.allclose(answer, target, rtol=1e-9, atol=1e-12):
+                return f"to {decimals} decimal{'s' if decimals > 1 else ''}"
+        for digits in range(2, 7):
+            target = np.array([float(f"{value:.{digits}g}") for value in expected.ravel()]).reshape(expected.shape)
+            if np.allclose(answer, target, rtol=1e-9, atol=1e-12):
+                return f"to {digits} significant digits"
+    return None
+
+
 def how_far(answer, expected, what):
     """How far one number is from the right one, in words, never showing the right one.
 
     "your count is too large, by about 12%", "your size is too small, by about a factor of 3",
-    "your score is close, but a little too large: give it to at least 5 significant digits, without rounding".
+    "your score is close, but a little too large: is it rounded? Use the unrounded value, not printed digits".
     """
-    return f"{what} {_miss(float(answer), float(expected))}."
+    rounded = rounding_problem(np.asarray(answer, dtype=np.float64), np.asarray(expected, dtype=np.float64), what)
+    return rounded or f"{what} {_miss(float(answer), float(expected))}."
 
 
 def _wrong_entries(answer, expected, atol):
@@ -494,13 +530,13 @@ def _size_of_miss(answer, expected):
     if abs(ratio - 1) < 5e-3:
         if answer.is_integer() and expected.is_integer():
             return f"is a little {direction}, by less than 1%"
-        return f"is close, but a little {direction}: give it to at least 5 significant digits, without rounding"
+        return f"is close, but a little {direction}: is it rounded? Use the unrounded value, not printed digits"
     if 0.5 < ratio < 1.75:
         return f"is {direction}, by about {max(1, round(abs(ratio - 1) * 100))}%"
     factor = max(ratio, 1 / ratio)
     if factor >= 1000:
         return f"is {direction}, by more than a factor of 1,000 (are the units right?)"
-    rounded = round(factor) if factor < 10 else round(float(f"{factor:.1g}"))
+    rounded = round(factor) if factor < 100 else round(float(f"{factor:.2g}"))
     return f"is {direction}, by about a factor of {rounded:,}"
 
 
@@ -550,15 +586,6 @@ def _number_text(value, digits):
     if value.is_integer() and abs(value) < 1e16:
         return f"{int(value):,}" if abs(value) >= 10_000 else str(int(value))
     return f"{value:.{digits}g}"
-
-
-def _pair(got, expected):
-    """Both numbers as text, with just enough digits to tell them apart."""
-    for digits in range(4, 18):
-        shown = _number_text(got, digits), _number_text(expected, digits)
-        if shown[0] != shown[1]:
-            break
-    return shown
 
 
 def _apart(value, other):

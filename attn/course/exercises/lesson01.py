@@ -7,7 +7,19 @@ solution of exercise 1.3 reads as it does in the notebook.
 import numpy as np
 
 from attn.course import fruit
-from attn.course.exercises.answers import AnswerError, Array, Function, Number, attempt, call, compare, matches, show
+from attn.course.exercises.answers import (
+    AnswerError,
+    Array,
+    Function,
+    Number,
+    _apart,
+    attempt,
+    call,
+    compare,
+    matches,
+    rounding_problem,
+    show,
+)
 from attn.course.exercises.registry import exercise
 
 keys = list(fruit.NAMES)  # T_k = 3 names
@@ -38,6 +50,12 @@ def _one_hot_banana(weights, expected):
     for name in keys:
         if name != "banana" and matches(weights, one_hot_weights(name, key_array)):
             return f"your weights are one-hot, but they pick {name!r}; banana is item {keys.index('banana')}."
+    blends = weights.shape == expected.shape and np.isclose(weights @ values, expected @ values) and (weights >= 0).all()
+    if blends and not matches(weights, expected):
+        return (
+            "your weights do give banana's price, but by blending other items whose prices average to it; the "
+            "exercise asks for one-hot weights, one 1 and the rest 0, that select banana alone."
+        )
     return compare(weights, expected, "your weight vector")
 
 
@@ -57,10 +75,7 @@ def apple_chair_blend(target):
     "1.2",
     Array("your weight vector"),
     solution=lambda: apple_chair_blend(TARGET_PRICE),
-    success=(
-        "a third on apple and two thirds on chair: 9/3 + 2 * 3/3 = 5. Weights like these give a weighted average, "
-        "so no choice of them can price anything above 9 or below 3."
-    ),
+    success="a third on apple and two thirds on chair: 9/3 + 2 * 3/3 = 5.",
 )
 def _weights_for_a_price(weights, expected):
     target = show(TARGET_PRICE)
@@ -68,6 +83,10 @@ def _weights_for_a_price(weights, expected):
         return f"{target} is the price; give the weights that produce it, a (3,) array in the order apple, banana, chair."
     if weights.shape != expected.shape:
         return compare(weights, expected, "your weight vector")
+    if not matches(weights, expected):
+        rounded = rounding_problem(weights, expected, "your weight vector")
+        if rounded is not None:
+            return rounded + " Write exact fractions, such as 1 / 3."
     return _weights_problem(weights, target) or compare(weights, expected, "your weight vector")
 
 
@@ -86,7 +105,8 @@ def _weights_problem(weights, target):
     if np.isclose(price, TARGET_PRICE, rtol=0, atol=1e-6):
         return None
     if np.isclose(price, TARGET_PRICE, rtol=0, atol=0.05):
-        return f"your weights price {price:.4g}, not quite {target}: are they rounded? Write exact fractions, such as 1 / 3."
+        shown = _apart(price, TARGET_PRICE)[0]
+        return f"your weights price {shown}, not quite {target}: are they rounded? Write exact fractions, such as 1 / 3."
     if np.isclose(price, values[0] + values[2] - TARGET_PRICE):
         return f"your weights price {price:.4g}: apple and chair are the wrong way round."
     return f"your weights price {price:.4g}, not {target}: solve s * 9 + (1 - s) * 3 = {target} for the apple share s."

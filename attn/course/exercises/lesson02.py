@@ -45,7 +45,14 @@ BANANA = fruit.KEYS[fruit.NAMES.index("banana")]  # (d_k,)
     ),
 )
 def _cosine_durable_banana(cosine, expected):
-    if matches(cosine, BANANA @ DURABLE_QUERY):
+    dot, lengths = BANANA @ DURABLE_QUERY, (np.linalg.norm(BANANA), np.linalg.norm(DURABLE_QUERY))
+    if matches(cosine, dot / lengths[0] * lengths[1]) or matches(cosine, dot / lengths[1] * lengths[0]):
+        return (
+            "that is what a @ b / x * y gives: Python divides by x, then multiplies by y (here both lengths are "
+            "nearly equal, so it is also the plain dot product). Put the product of the lengths in brackets: "
+            "a @ b / (x * y)."
+        )
+    if matches(cosine, dot):
         return "that is the plain dot product; divide it by the lengths of both vectors (np.linalg.norm)."
     if matches(cosine, cosine_similarity(BANANA, fruit.QUERY)):
         return "that is the fruit query's cosine with banana; this exercise asks about durable."
@@ -60,5 +67,5 @@ def _cosine_durable_banana(cosine, expected):
 )
 def _hard_attention_durable(output, expected):
     if matches(output, argmax_one_hot(fruit.KEYS @ DURABLE_QUERY)):
-        return "that is the one-hot weight vector; multiply it by VALUES to get the value it selects."
+        return "that is the one-hot weight vector; multiply it by values to get the value row it selects."
     return compare(output, expected, "your output")

@@ -3,25 +3,71 @@
 import numpy as np
 
 from attn.course import fruit
-from attn.course.exercises.answers import Array, Number, compare, compare_without_answer, matches, show
+from attn.course.exercises.answers import Array, Function, Number, compare, compare_without_answer, matches, show
 from attn.course.exercises.lesson02 import DURABLE_QUERY
 from attn.course.exercises.registry import exercise
 
 D_K = fruit.KEYS.shape[1]  # 3
 
 
+def scaled_scores(query, keys):
+    """Exercise 3.1's solution: query (d_k,), keys (T_k, d_k) -> scaled scores (T_k,)."""
+    return keys @ query / np.sqrt(keys.shape[1])
+
+
+# Exercise 3.1's calls: the durable query against the fruit keys, then hidden tables that are not square
+# (more keys than features, and fewer), so that dividing by sqrt(T_k), or by the fruit's d_k = 3 whatever
+# the table, gives a different answer from dividing by sqrt(d_k).
+SCORE_TABLES = ((5, 2, 31), (2, 8, 32))  # (T_k, d_k, seed)
+
+
+def _scaled_score_calls():
+    calls = [("with durable and the fruit keys", (DURABLE_QUERY.copy(), fruit.KEYS.copy()))]
+    for n_keys, size, seed in SCORE_TABLES:
+        rng = np.random.default_rng(seed)
+        query, keys = rng.standard_normal(size), rng.standard_normal((n_keys, size))  # (d_k,), (T_k, d_k)
+        calls.append((f"with a query of {size} entries and {n_keys} keys, keys of shape {(n_keys, size)}", (query, keys)))
+    return calls
+
+
+def _scaled_score_mistakes():
+    """(wrong function, hint) for the common mistakes of exercise 3.1."""
+    return [
+        (lambda query, keys: keys @ query / np.sqrt(len(keys)), (
+            "you divided by the square root of the number of keys, T_k; the fruit table hides this (3 keys of 3 "
+            "entries), but d_k is the number of entries in each key: keys.shape[1]."
+        )),
+        (lambda query, keys: keys @ query / np.sqrt(D_K), (
+            "you divided by sqrt(3), the fruit's d_k, whatever the table; read d_k from the keys you are given, "
+            "keys.shape[1]."
+        )),
+        (lambda query, keys: keys @ query, "these are the unscaled dot products; divide by sqrt(d_k)."),
+        (lambda query, keys: keys @ query / keys.shape[1], "you divided by d_k; divide by its square root instead."),
+    ]
+
+
 @exercise(
     "3.1",
-    Array("your scaled score vector"),
-    solution=lambda: fruit.KEYS @ DURABLE_QUERY / np.sqrt(D_K),
-    success="scaled by 1/sqrt(3) the durable query scores apple 0.13, banana 0.16, chair 0.48.",
+    Function("your scaled_scores function", calls=_scaled_score_calls, returns=Array("the scores")),
+    solution=lambda: scaled_scores,
+    success=(
+        "keys @ query / sqrt(d_k), with d_k = keys.shape[1]: for durable and the fruit keys that is apple 0.13, "
+        "banana 0.16, chair 0.48, and it holds for tables of any shape."
+    ),
 )
-def _scaled_durable(scaled, expected):
-    if matches(scaled, fruit.KEYS @ DURABLE_QUERY):
-        return "these are the unscaled dot products; divide by sqrt(d_k) = sqrt(3)."
-    if matches(scaled, fruit.KEYS @ DURABLE_QUERY / D_K):
-        return "you divided by d_k = 3; divide by its square root instead."
-    return compare(scaled, expected, "your scaled score vector")
+def _scaled_scores(answer, expected):
+    calls = _scaled_score_calls()
+    for (label, _), output, right in zip(calls, answer.outputs, expected.outputs, strict=True):
+        if output.shape != right.shape:
+            return f"called {label}, your function returned shape {output.shape}; it should return one score per key."
+    for mistake, hint in _scaled_score_mistakes():
+        if all(matches(output, mistake(*arguments)) for output, (_, arguments) in zip(answer.outputs, calls, strict=True)):
+            return hint
+    for (label, _), output, right in zip(calls, answer.outputs, expected.outputs, strict=True):
+        problem = compare(output, right, "the scores it returned")
+        if problem is not None:
+            return f"called {label}, {problem}"
+    return None
 
 
 @exercise(
@@ -32,7 +78,7 @@ def _scaled_durable(scaled, expected):
 )
 def _two_queries(scores, expected):
     if scores.shape == (3, 2):
-        return "your matrix has shape (3, 2), one row per key; put the queries in rows: queries @ KEYS.T."
+        return "your matrix has shape (3, 2), one row per key; put the queries in rows: queries @ keys.T."
     if matches(scores, expected * np.sqrt(D_K)):
         return "these are the unscaled dot products; divide by sqrt(d_k) = sqrt(3)."
     return compare(scores, expected, "your score matrix")
@@ -54,25 +100,25 @@ def scaled_score_variance(d_k, query_std=1.0, key_std=1.0):
 
 
 def _known_mistakes():
-    """Common wrong predictions for exercise 3.3, each with a hint that names it."""
+    """Common wrong predictions for exercise 3.3, each with a hint that names it without working it out."""
     d_k, query_std, key_std = TRIAL_D_K, TRIAL_QUERY_STD, TRIAL_KEY_STD
-    raw = dot_product_variance(d_k, query_std, key_std)  # 128
-    scaled = scaled_score_variance(d_k, query_std, key_std)  # 4
-    std, product = show(query_std), f"{show(query_std)}**2 * {show(key_std)}**2"
+    raw = dot_product_variance(d_k, query_std, key_std)
+    scaled = scaled_score_variance(d_k, query_std, key_std)
+    rule = "the first rule: the variance of a product of independent factors is the product of their variances"
     return [
-        (np.sqrt(scaled), "that is the standard deviation of the scaled score, not its variance (or the query's "
-         f"standard deviation used where its variance belongs: each product q_j k_j has variance {product})."),
-        (scaled_score_variance(d_k), "that is the scaled variance for unit-variance entries; here every query entry "
-         f"has standard deviation {std}, so each product q_j k_j has variance {product}."),
+        (np.sqrt(scaled), "that looks like a standard deviation, not a variance (or a standard deviation used "
+         f"where a variance belongs: {rule})."),
+        (scaled_score_variance(d_k), "that is the scaled variance for unit-variance entries; here the query's entries "
+         f"have standard deviation {show(query_std)}: use {rule}, and remember a variance is a standard deviation squared."),
         (raw, "that is the variance of the unscaled q . k; dividing a score by sqrt(d_k) divides its variance by d_k."),
-        (np.sqrt(raw), "that is the standard deviation of the unscaled q . k; the exercise asks for the variance of "
-         "the scaled score."),
+        (np.sqrt(raw), "that looks like a standard deviation of the unscaled q . k; the exercise asks for the variance "
+         "of the scaled score."),
         (raw / np.sqrt(d_k), "you divided the variance by sqrt(d_k); dividing a number by c divides its variance by "
-         "c**2, so by d_k."),
+         "c**2."),
         (dot_product_variance(d_k), "that is the variance of the unscaled q . k for unit-variance entries; here the "
-         f"query's entries have standard deviation {std}, and the score is scaled."),
-        (dot_product_variance(d_k, np.sqrt(query_std)), f"you used the query's standard deviation, {std}, where its "
-         "variance belongs, and left the score unscaled."),
+         f"query's entries have standard deviation {show(query_std)}, and the score is scaled."),
+        (dot_product_variance(d_k, np.sqrt(query_std)), "you used the query's standard deviation where its variance "
+         "belongs, and left the score unscaled."),
     ]
 
 

@@ -19,6 +19,12 @@ def _causal_four(mask, expected):
     pattern = mask.astype(bool)
     if matches(pattern, expected.T):
         return "this mask lets each position see the future, not the past: rows are queries, so keep the lower triangle."
+    if matches(pattern, ~expected):
+        return (
+            "that is the right triangle with True and False swapped, as if True meant blocked (the convention of "
+            "nn.MultiheadAttention's attn_mask); the course's masks, like scaled_dot_product_attention's, mean "
+            "True = may attend: drop the ~ (or the == False)."
+        )
     problem = compare(pattern, expected, "your mask")
     if problem is None and np.issubdtype(mask.dtype, np.integer):
         return (

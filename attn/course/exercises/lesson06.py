@@ -6,6 +6,7 @@ torch is imported inside the functions, so that ``import attn`` stays free of it
 from attn.course.exercises.answers import Number, Shape, compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
+SPLIT_EMBED, SPLIT_HEADS = 64, 4  # exercise 6.1: H = 4 heads of d = 16, so that H and d differ
 EMBED_DIM, NUM_HEADS = 512, 8  # exercise 6.2's layer
 BATCH, HEADS, LENGTH, HEAD_DIM, SECONDS = 4, 16, 4096, 64, 0.002  # exercise 6.3's kernel run
 
@@ -15,7 +16,7 @@ def _split_shape():
 
     from attn.multihead import split_heads
 
-    return tuple(split_heads(torch.zeros(2, 10, 64), 8).shape)
+    return tuple(split_heads(torch.zeros(2, 10, SPLIT_EMBED), SPLIT_HEADS).shape)
 
 
 def _parameter_count():
@@ -38,12 +39,18 @@ def _tflops():
     "6.1",
     Shape("your shape"),
     solution=_split_shape,
-    success="(B, T, E) = (2, 10, 64) split into 8 heads is (B, H, T, d) = (2, 8, 10, 8).",
+    success="(B, T, E) = (2, 10, 64) split into 4 heads is (B, H, T, d) = (2, 4, 10, 16).",
 )
 def _split(shape, expected):
     batch, heads, length, head_dim = expected
     if shape == (batch, length, heads, head_dim):
         return "that is the shape after view, before transpose: the heads axis must come before the tokens."
+    if shape == (batch, head_dim, length, heads):
+        return "you swapped the number of heads and the head size: the heads axis (H = 4) comes second, d = E / H last."
+    if shape == (batch, length, head_dim, heads):
+        return "that puts the head size before the number of heads, and the tokens before both: the order is (B, H, T, d)."
+    if len(shape) == 4 and shape[3] != head_dim and shape[1] == heads:
+        return "the last axis is the size of each head, d = E / H."
     if shape != expected:
         return f"{shape} is not it: the order is (B, H, T, d), and d = E / H."
     return None
@@ -72,4 +79,12 @@ def _throughput(tflops, expected):
         return "that is in FLOP/s; divide by 1e12 for TFLOP/s."
     if matches(tflops, expected / 2):
         return "each of Q K^T and A V takes 2 * B * H * T^2 * d operations (a multiply and an add): 4 in total."
-    return compare_without_answer(tflops, expected, "your TFLOP/s", atol=0.05)
+    if matches(tflops, expected / HEADS):
+        return f"you left out the heads: every one of the H = {HEADS} heads does its own Q K^T and A V."
+    if matches(tflops, expected / BATCH):
+        return f"you left out the batch: each of the B = {BATCH} sequences has its own attention."
+    if matches(tflops, expected / LENGTH):
+        return "T appears squared: every one of the T queries is scored against every one of the T keys."
+    if matches(tflops, expected * 1e3) or matches(tflops, expected * 1e-3):
+        return "check the units: the time is 0.002 seconds (2 ms), and a TFLOP/s is 10**12 operations per second."
+    return compare_without_answer(tflops, expected, "your TFLOP/s")

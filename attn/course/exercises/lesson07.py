@@ -13,16 +13,26 @@ N_EXAMPLES = 200  # the examples exercise 7.2's function is called on
 MANY_HEADS = 8  # exercise 7.3: the lesson's model with this many heads instead of one
 
 
-def _recall_examples():
+WIDE_IDS = 1000  # the second call's ids run up to this, far beyond the trained model's 16: only a lookup works
+
+
+def _recall_examples(ids=N_KEYS):
     """Fresh examples each time, so that a function that changes its arguments cannot spoil the next check."""
     from attn.models.recall import make_recall_data
 
-    return make_recall_data(N_EXAMPLES, n_keys=N_KEYS, n_values=N_VALUES, seed=7)
+    return make_recall_data(N_EXAMPLES, n_keys=ids, n_values=ids, seed=7)
 
 
 def _recall_calls():
-    data = _recall_examples()
-    return [(f"with the keys, values and query of {N_EXAMPLES} examples", (data.keys, data.values, data.query))]
+    data, wide = _recall_examples(), _recall_examples(WIDE_IDS)
+    return [
+        (f"with the keys, values and query of {N_EXAMPLES} examples", (data.keys, data.values, data.query)),
+        (
+            f"with {N_EXAMPLES} examples whose ids run up to {WIDE_IDS - 1}, far beyond the trained model's "
+            f"{N_KEYS} (a lookup by hand works for any ids; the model cannot)",
+            (wide.keys, wide.values, wide.query),
+        ),
+    ]
 
 
 def hard_recall(keys, values, query):
@@ -60,15 +70,22 @@ def _chance(accuracy, expected):
     Function("your recall function", calls=_recall_calls, returns=Array("the values", kind="whole")),
     solution=lambda: hard_recall,
     success=(
-        f"all {N_EXAMPLES} lookups are right: one-hot weights from keys == query, times the values, give exact recall "
-        f"(lesson 1's hard attention)."
+        f"all {2 * N_EXAMPLES} lookups are right, ids the trained model never saw included: one-hot weights from "
+        f"keys == query, times the values, give exact recall (lesson 1's hard attention)."
     ),
 )
 def _recall_by_hand(recall, expected):
-    predicted, target = recall.outputs[0], expected.outputs[0]
+    calls = zip(_recall_calls(), recall.outputs, expected.outputs, (N_KEYS, WIDE_IDS), strict=True)
+    for (label, _), predicted, target, ids in calls:
+        problem = _recall_problem(predicted, target, _recall_examples(ids))
+        if problem is not None:
+            return f"called {label}, {problem}"
+    return None
+
+
+def _recall_problem(predicted, target, data):
     if predicted.shape != target.shape:
-        return f"your function returned shape {predicted.shape}; expected one value per example, {target.shape}."
-    data = _recall_examples()
+        return f"your function returned shape {predicted.shape}; it should return one value per example, {target.shape}."
     if not np.array_equal(predicted, target) and np.array_equal(predicted, data.position.numpy()):
         return "your function returned positions (where the matching key sits), not values: multiply the weights by the values."
     if not np.array_equal(predicted, target) and np.array_equal(predicted, data.query.numpy()):

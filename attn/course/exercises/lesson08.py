@@ -73,7 +73,10 @@ def _sinusoidal_period(period, expected):
     if matches(period, _period(exponent_index=PERIOD_PAIR)):
         return "you put i = 12 in the exponent where the formula has 2i = 24 (the first feature of the pair)."
     if matches(period, _period(exponent_index=4 * PERIOD_PAIR)):
-        return "you put 2 x 24 in the exponent: 24 is already the feature index 2i, so the exponent is 24 / 32."
+        return (
+            "your exponent is 48 / 32, the same as 24 / 16: either you put 2 x 24 where 24 is already the feature "
+            "index 2i, or you used E = 16 where this exercise has E = 32. The exponent is 2i / E = 24 / 32."
+        )
     if matches(period, 1 / _period(full_turn=1)):
         return (
             "that is the angle the pair turns per position, theta_i; "

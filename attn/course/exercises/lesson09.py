@@ -48,7 +48,7 @@ def _block_parameters():
     solution=_layer_norm_by_torch,
     success=(
         "the mean is 3 and the variance (14 / 4, dividing by n = 4) is 3.5, so the last entry is "
-        "(6 - 3) / sqrt(3.5 + eps) = 1.60357 to 5 significant digits."
+        "(6 - 3) / sqrt(3.5 + eps) = 1.60357 to 6 significant digits."
     ),
 )
 def _layer_norm_entry(entry, expected):

@@ -10,7 +10,7 @@ from attn.course.exercises.registry import exercise
 
 # Exercise 10.1's model: 24 layers, 16 query heads of d = 128 sharing H_kv = 4 key/value heads, 32,768 tokens, bfloat16.
 LAYERS, HEADS, KV_HEADS, HEAD_DIM, CONTEXT, BYTES = 24, 16, 4, 128, 32_768, 2
-CACHED, NEW = 4, 3  # exercise 10.2: positions already cached, tokens in this call
+CACHED, NEW = 6, 4  # exercise 10.2: positions already cached, tokens in this call (the lesson shows 4 and 3)
 EMBED, LAYER_HEADS, BATCH, LENGTH = 16, 4, 2, 6  # exercise 10.3's layer and input
 
 
@@ -112,19 +112,25 @@ def _cache_size(size, expected):
     "10.2",
     Array("your mask", kind="mask", meaning="True = may attend"),
     solution=lambda: _end_aligned(NEW, CACHED + NEW),
-    success="the 3 new queries are positions 4, 5 and 6, so the triangle is aligned to the end: tril(diagonal=4).",
+    success="the 4 new queries are positions 6, 7, 8 and 9, so the triangle is aligned to the end: tril(diagonal=6).",
 )
 def _step_mask(mask, expected):
     pattern = mask.astype(bool)
     if pattern.shape == (CACHED + NEW, CACHED + NEW):
-        return "this call has T_q = 3 queries (the new tokens) against T_k = 7 keys: the mask is (3, 7), one row per new token."
+        return (
+            f"this call has T_q = {NEW} queries (the new tokens) against T_k = {CACHED + NEW} keys: the mask has one row "
+            "per new token and one column per key."
+        )
     if matches(pattern, np.tril(np.ones((NEW, CACHED + NEW), dtype=bool))):
         return (
             "that triangle starts at the top-left, as PyTorch's is_causal=True builds it: new query 0 would see only key 0. "
-            "New query i is position 4 + i, so it may see keys 0 to 4 + i."
+            f"New query i is position {CACHED} + i, so it may see keys 0 to {CACHED} + i."
         )
     if matches(pattern, np.ones((NEW, CACHED + NEW), dtype=bool)):
-        return "with every entry True the first new token would see the two tokens after it; it is position 4, so keys 0 to 4."
+        return (
+            f"with every entry True the first new token would see the {NEW - 1} tokens after it; it is position "
+            f"{CACHED}, so it may see keys 0 to {CACHED}."
+        )
     mistake = _step_mask_mistake(pattern, expected)
     if mistake is not None:
         return mistake
@@ -156,7 +162,7 @@ def _step_mask_mistake(pattern, expected):
 
 
 def _triangle(diagonal):
-    """The (T_q, T_k) = (3, 7) keep-mask np.tril(..., k=diagonal): exercise 10.2's answer has diagonal 4."""
+    """The (T_q, T_k) = (4, 10) keep-mask np.tril(..., k=diagonal): exercise 10.2's answer has diagonal 6."""
     return np.tril(np.ones((NEW, CACHED + NEW), dtype=bool), k=diagonal)
 
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from attn.course.exercises.answers import Array, Function, Number, how_far, matches
+from attn.course.exercises.answers import Array, Function, Number, attempt, how_far, matches
 from attn.course.exercises.registry import exercise
 
 # Exercise 12.1: one row of nine scores read in blocks of three.
@@ -32,7 +32,8 @@ def running_statistics(scores, block_size, blocks):
 def update_statistics(row_max, row_sum, block):
     """Exercise 12.3's solution: the running maximum and sum after one more block of scores (1-D)."""
     new_max = max(row_max, float(np.max(block)))
-    new_sum = row_sum * math.exp(row_max - new_max) + float(np.exp(block - new_max).sum())
+    shift = new_max if new_max > -math.inf else 0.0  # every score so far masked: subtract 0, as the lesson's loop
+    new_sum = row_sum * math.exp(row_max - shift) + float(np.exp(block - shift).sum())
     return new_max, new_sum
 
 
@@ -153,6 +154,8 @@ def _update(updated, expected):
             return f"called {label}, your function should return two numbers, (new maximum, new sum)."
         if matches(output, target):
             continue
+        if matches(output, target[::-1]):
+            return f"called {label}, your function returns (new sum, new maximum), the other way round: the maximum comes first."
         if not matches(output[:1], target[:1]):
             return f"called {label}, your new maximum is off: it is the larger of the running maximum and the block's."
         new_max = target[0]
@@ -164,7 +167,44 @@ def _update(updated, expected):
         if matches(output[1:], [row_sum * math.exp(row_max - new_max) + np.exp(block).sum()]):
             return f"called {label}, the block's exps are not shifted: add exp(score - m_new), not exp(score)."
         return f"called {label}, " + how_far(output[1], target[1], "your new sum")
+    return _all_masked_first_block(updated.function)
+
+
+ALL_MASKED = np.array([-math.inf, -math.inf, -math.inf])  # a first block whose keys are all masked
+AFTER_IT = np.array([1.0, 2.5])  # the block that follows it
+
+
+def _all_masked_first_block(update):
+    """None if ``update`` survives an all-masked first block and then gives the right pair on the next one."""
+    label = "on an all-masked first block (every score -inf), then on a block of real scores"
+    first, error = attempt(update, -math.inf, 0.0, ALL_MASKED.copy())
+    pair = _as_pair(first)
+    if error is not None or pair is None:
+        what = f"raised {type(error).__name__}" if error is not None else "did not return two numbers"
+        return f"called {label}, your function {what} on the all-masked block."
+    if math.isnan(pair[0]) or math.isnan(pair[1]):
+        return (
+            f"called {label}, your function returns NaN on the all-masked block: with the running maximum and the "
+            "new one both -inf, exp(m_old - m_new) is exp(-inf + inf) = exp(NaN). Subtract a shift that is 0 while "
+            "every score so far is -inf, as the lesson's loop does with shift."
+        )
+    second, error = attempt(update, *pair, AFTER_IT.copy())
+    pair, right = _as_pair(second), update_statistics(*update_statistics(-math.inf, 0.0, ALL_MASKED), AFTER_IT)
+    if error is not None or pair is None or not matches(np.array(pair), np.array(right)):
+        return (
+            f"called {label}, your function gives a wrong pair on the block after the all-masked one: after a block "
+            "of -inf scores the running sum should still be 0, and the maximum still -inf."
+        )
     return None
+
+
+def _as_pair(output):
+    """A function's output as two floats, or None if it is not two numbers."""
+    try:
+        values = np.asarray(output, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        return None
+    return (float(values[0]), float(values[1])) if values.size == 2 else None
 
 
 @exercise(

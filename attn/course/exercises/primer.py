@@ -15,7 +15,9 @@ from attn.course.exercises.answers import Array, Function, Number, Shape, attemp
 from attn.course.exercises.registry import exercise
 
 LINEAR_CASES = ((5, 3, 11), (2, 4, 12))  # (N, features, seed): square weights, so a missing .T gives numbers, not an error
-LOSS_CASES = ((4, 5, 21), (6, 3, 22))  # (N examples, C classes, seed)
+# (N examples, C classes, seed, logit scale): the last has logits in the hundreds, where exp overflows float32,
+# so that a softmax without its maximum subtracted (exp, then divide, then log) gives inf or NaN
+LOSS_CASES = ((4, 5, 21, 2.0), (6, 3, 22, 2.0), (3, 4, 23, 300.0))
 
 
 def _linear_calls():
@@ -36,9 +38,9 @@ def _loss_calls():
     import torch
 
     calls = []
-    for n_examples, n_classes, seed in LOSS_CASES:
+    for n_examples, n_classes, seed, scale in LOSS_CASES:
         generator = torch.Generator().manual_seed(seed)
-        logits = 2 * torch.randn(n_examples, n_classes, generator=generator)  # (N, C)
+        logits = scale * torch.randn(n_examples, n_classes, generator=generator)  # (N, C)
         targets = torch.randint(n_classes, (n_examples,), generator=generator)  # (N,)
         calls.append((f"with logits {tuple(logits.shape)} and targets {tuple(targets.shape)}", (logits, targets)))
     return calls
@@ -181,6 +183,11 @@ def _loss_mistakes():
     ]
 
 
+_UNSTABLE = (
+    "with logits in the hundreds, exp overflows float32 to inf, or a probability underflows to 0, whose log is "
+    "-inf: compute the log probabilities with torch.log_softmax, which subtracts each row's largest logit first, "
+    "not as the log of exp(logits) over its sum, nor as the log of softmax"
+)
 _WHOLE_COLUMNS = (
     "indexing with [:, targets] picks a whole column for every target: an (N, N) block that pairs every example with "
     "every example's class; pair each row with its own class instead: log_probabilities[torch.arange(N), targets]."
@@ -189,7 +196,7 @@ _WHOLE_COLUMNS = (
 
 @exercise(
     "P.2",
-    Function("your loss function", calls=_loss_calls, returns=Number("the loss")),
+    Function("your loss function", calls=_loss_calls, returns=Number("the loss", if_not_finite=_UNSTABLE)),
     solution=lambda: _loss_by_hand,
     success="the mean over the examples of -log softmax(logits)[right class] is exactly what F.cross_entropy computes.",
 )

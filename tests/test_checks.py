@@ -17,7 +17,8 @@ import torch
 from attn import check
 from attn.course import fruit
 from attn.course.exercises import EXERCISES, exercise_ids, verdict
-from attn.course.exercises.answers import AnswerError, Array, Function, Number, Shape, compare, how_far, normalise
+from attn.course.exercises.answers import AnswerError, Array, Function, Number, Shape, normalise
+from attn.course.exercises.judging import compare, how_far
 from attn.course.exercises.lesson02 import DURABLE_QUERY
 from attn.course.exercises.lesson07 import hard_recall
 from tests.notebooks import ROOT, code_cells, load, tags

@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from attn.course.exercises import EXERCISES, exercise_ids, verdict
-from attn.course.exercises.answers import Array, Function, Number, _number_text, compare_without_answer, how_far, normalise, show
+from attn.course.exercises.answers import Array, Function, Number, normalise
+from attn.course.exercises.judging import compare_without_answer, how_far
 from attn.course.exercises.lesson11 import EARLIER, LATER, single_repeat_sequence
+from attn.course.exercises.wording import number_text, show
 from tests.verdicts import not_yet
 
 # Multiple choice: the options are listed in the statement, so a reply may name them all ("1, 2 or 3").
@@ -27,7 +29,7 @@ NUMBER_EXERCISES = [
 
 def printed_forms(value):
     """Every way the course writes ``value`` in a sentence: 3 to 10 significant digits, with and without commas."""
-    forms = {_number_text(value, digits) for digits in range(3, 11)} | {show(float(value))}
+    forms = {number_text(value, digits) for digits in range(3, 11)} | {show(float(value))}
     if float(value).is_integer():
         forms |= {str(int(value)), f"{int(value):,}"}
     return forms

@@ -8,7 +8,8 @@ from torch import nn
 
 from attn import MultiHeadAttention, multihead
 from attn.common.device import describe_device, pick_device
-from attn.measure.bench import attention_flops, peak_bf16_tflops, run_benchmark, share_of_peak
+from attn.flops import attention_flops
+from attn.measure.bench import peak_bf16_tflops, run_benchmark, share_of_peak
 from attn.multihead import explicit_attention, fused_attention, merge_heads, split_heads
 from tests.attention_reference import full_keep_mask, reference_attention
 from tests.devices import DEVICES

@@ -29,8 +29,6 @@ ALLOWED = {
 FRONT_DOORS = {}
 LONG_MODULES = {
     # module: why it stays whole
-    "attn/course/exercises/answers.py": "every kind of answer a learner can type, read into one clean form and judged; "
-                                        "its parts share the private helpers that name an answer's kind",
     "attn/course/exercises/primer.py": "the interlude's four exercises and their named mistakes, "
                                        "one lesson's module like the others",
 }

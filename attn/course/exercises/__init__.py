@@ -2,7 +2,7 @@
 
 ``answers`` turns any answer into a clean form (a number, an array, a shape, a function's
 outputs) or a sentence saying what is wrong with it; ``registry`` holds the exercises and
-``check``; each lesson's module registers that lesson's exercises when it is imported, with
+``check``; ``judging`` and ``wording`` serve the checks; each lesson's module registers that lesson's exercises when it is imported, with
 only the exercise's own logic and its hints for common mistakes. To add a lesson's
 exercises, write ``lessonNN.py`` and add it to the import below (the PyTorch primer's are in
 ``primer.py``, with ids "P.1" to "P.4").

@@ -18,6 +18,9 @@ raises or returns None. Lists and tuples become arrays; PyTorch tensors (on any 
 with or without ``requires_grad``) are read as NumPy arrays. The shape is left to the checks,
 which look for common mistakes first and then call ``compare``, whose sentence says which entry is
 wrong, in which direction and roughly how far, and never shows the expected value.
+
+Judging a clean answer against the expected one lives in ``judging``; the wording both use (how a
+value, an error or a kind of thing is named in a sentence) in ``wording``.
 """
 
 import contextlib
@@ -28,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+from attn.course.exercises.wording import after_colon, apart, brief, kind_of, show, with_article
 
 
 class AnswerError(Exception):
@@ -114,7 +119,7 @@ def _check_not_a_pair_of_arrays(answer, expects):
     """A tuple of arrays or tensors, such as the (output, weights) an attention function returns, is named."""
     if not isinstance(answer, tuple) or len(answer) < 2 or isinstance(expects, Shape):
         return
-    if not all(isinstance(item, np.ndarray) or _kind_of(item) == "tensor" for item in answer):
+    if not all(isinstance(item, np.ndarray) or kind_of(item) == "tensor" for item in answer):
         return
     shapes = ", ".join(str(tuple(item.shape)) for item in answer)
     raise AnswerError(
@@ -130,9 +135,6 @@ def _class_problem(kind, expects):
     if isinstance(expects, Function):
         return f"{expects.what} is the class {name}, not a function: pass the function you wrote with def, by its name."
     return f"{expects.what} is the class {name} itself, but it should be {expects.noun}: give a value, not a type."
-
-
-# Any answer as a NumPy array --------------------------------------------------------------
 
 
 def _as_array(answer, expects, depth=0):
@@ -157,7 +159,7 @@ def _as_array(answer, expects, depth=0):
     if isinstance(answer, numbers.Number | np.generic):
         return _scalar(answer)
     where = "has" if nested else "is"
-    not_numbers = f"{what} {where} {_a(_kind_of(answer))}{' in it' if nested else ''}, but it should be {expects.noun}."
+    not_numbers = f"{what} {where} {with_article(kind_of(answer))}{' in it' if nested else ''}, but it should be {expects.noun}."
     if callable(answer) or isinstance(answer, dict):
         raise AnswerError(not_numbers)
     try:
@@ -241,9 +243,6 @@ def _stack(items, expects):
     return np.stack(items)
 
 
-# Numbers, masks and shapes ---------------------------------------------------------------
-
-
 def _numbers(array, expects):
     """A clean array for a Number or an Array: float64, int64 (whole) or the mask's own dtype."""
     what, kind = expects.what, expects.kind
@@ -292,7 +291,7 @@ def _whole(values, expects, single):
     fractional = values != np.round(values)
     if fractional.any():
         value = values[fractional][0]
-        example, nearest = _apart(value, np.round(value))  # enough digits to tell it from the whole number
+        example, nearest = apart(value, np.round(value))  # enough digits to tell it from the whole number
         start = f"should be a whole number, but it is {example}" if single else f"should hold whole numbers, but it has {example}"
         nearly = abs(value - np.round(value)) < 1e-6
         hint = f", not quite {nearest}: if rounding error made it so, round it with round()" if nearly else ""
@@ -325,13 +324,14 @@ def _mask(array, expects):
 
 def _check_not_the_array_itself(answer, array, expects):
     """An array or tensor of numbers where its shape is asked: suggest ``.shape``."""
-    if not (isinstance(answer, np.ndarray) or _kind_of(answer) == "tensor") or array.dtype.kind not in "biuf":
+    if not (isinstance(answer, np.ndarray) or kind_of(answer) == "tensor") or array.dtype.kind not in "biuf":
         return
     with np.errstate(all="ignore"):
         not_sizes = array.ndim > 1 or array.dtype == bool or not np.array_equal(array, np.round(array))
     if not_sizes:
         raise AnswerError(
-            f"{expects.what} is {_a(_kind_of(answer))} of shape {tuple(array.shape)}, but the question asks for a shape: "
+            f"{expects.what} is {with_article(kind_of(answer))} of shape {tuple(array.shape)}, "
+            "but the question asks for a shape: "
             "give its .shape (a tuple), not the array itself."
         )
 
@@ -350,9 +350,6 @@ def _shape(array, expects):
     if (sizes < 0).any():
         raise AnswerError(f"{what} has the size {sizes[sizes < 0][0]}, but sizes are 0 or more.")
     return tuple(int(size) for size in sizes)
-
-
-# Functions ---------------------------------------------------------------------------------
 
 
 def attempt(function, *arguments):
@@ -379,7 +376,7 @@ def call(function, label, arguments, returns):
         stops = "which stops the program: return a value instead"
         raise AnswerError(f"called {label}, your function called sys.exit() (or exit()), {stops}.")
     if error is not None:
-        raise AnswerError(f"called {label}, your function raised {type(error).__name__}{_colon(error)}.")
+        raise AnswerError(f"called {label}, your function raised {type(error).__name__}{after_colon(error)}.")
     if output is None:
         raise AnswerError(f"called {label}, your function returned None: does it end with a return statement?")
     if output is Ellipsis:
@@ -389,232 +386,6 @@ def call(function, label, arguments, returns):
 
 def _called(function, expects):
     if not callable(function):
-        raise AnswerError(f"pass {expects.what} itself (its name, no brackets), not {_a(_kind_of(function))}.")
+        raise AnswerError(f"pass {expects.what} itself (its name, no brackets), not {with_article(kind_of(function))}.")
     outputs = [call(function, label, arguments, expects.returns) for label, arguments in expects.calls()]
     return Called(function, outputs)
-
-
-# Comparing clean answers -----------------------------------------------------------------
-
-
-def matches(answer, candidate, atol=1e-6):
-    """True when a clean answer equals ``candidate`` (a known mistake, or the right answer) in shape and value."""
-    candidate = np.asarray(candidate)
-    if answer.shape != candidate.shape:
-        return False
-    if answer.dtype == bool or candidate.dtype == bool:
-        return bool(np.array_equal(answer, candidate))
-    with np.errstate(all="ignore"):
-        return bool(np.allclose(answer, candidate, rtol=1e-5, atol=atol))
-
-
-def _first_wrong(answer, expected, atol):
-    """(positions of every wrong entry, the first as a tuple, its index as shown), or None if all are right."""
-    wrong = _wrong_entries(answer, expected, atol)
-    if not wrong.any():
-        return None
-    positions = np.argwhere(wrong)
-    first = tuple(int(i) for i in positions[0])
-    return positions, first, first[0] if answer.ndim == 1 else first
-
-
-def compare(answer, expected, what, atol=1e-6):
-    """None when a clean answer equals the clean ``expected``, else a sentence saying how it differs.
-
-    Floats may differ by ``atol`` plus 1e-5 of the expected value; whole numbers and masks must be equal.
-    The sentence never shows the expected value: a single number is told in words how far off it is
-    (``how_far``); an array, which entry is the first wrong one, in which direction and roughly how far.
-    An answer that equals the expected value rounded (as the lessons print numbers) is told so.
-    """
-    if answer.shape != expected.shape:
-        return _shape_problem(answer.shape, expected.shape, what)
-    found = _first_wrong(answer, expected, atol)
-    if found is None:
-        return None
-    rounded = rounding_problem(answer, expected, what)
-    if rounded is not None:
-        return rounded
-    if answer.ndim == 0:
-        return how_far(answer, expected, what)
-    positions, first, index = found
-    miss = _entry_miss(answer[first], expected[first])
-    if answer.size == 1:
-        return f"{what} holds one number, and it {miss}."
-    if len(positions) == 1:
-        return f"{what} differs in one of its {answer.size} entries: the one at index {index} {miss}."
-    return f"{what} differs in {_how_many(positions, answer)} entries; the first, at index {index}, {miss}."
-
-
-compare_without_answer = compare  # the name the predict-first checks used; every check now hides the answer
-
-
-def rounding_problem(answer, expected, what):
-    """ "that looks rounded" when ``answer`` is ``expected`` rounded to a few decimals or digits, else None.
-
-    The course's rule, stated on the welcome page: a value rounded as a lesson prints it is not the
-    value, and the check says so rather than calling it wrong in some other way.
-    """
-    if expected.dtype.kind != "f" or answer.dtype.kind != "f" or np.array_equal(expected, np.round(expected)):
-        return None
-    how = _rounded_how(answer, expected)
-    if how is None:
-        return None
-    return (
-        f"{what} looks rounded ({how}): use the unrounded value, the variable itself or a Python "
-        "expression, not digits copied from a printout."
-    )
-
-
-def _rounded_how(answer, expected):
-    """How ``answer`` looks rounded from ``expected`` ("to 2 decimals", "to 3 significant digits"), or None."""
-    with np.errstate(all="ignore"):
-        for decimals in range(1, 7):
-            target = np.round(expected, decimals)
-            if np.any(target != 0) and np.allclose(answer, target, rtol=1e-9, atol=1e-12):
-                return f"to {decimals} decimal{'s' if decimals > 1 else ''}"
-        for digits in range(2, 7):
-            target = np.array([float(f"{value:.{digits}g}") for value in expected.ravel()]).reshape(expected.shape)
-            if np.allclose(answer, target, rtol=1e-9, atol=1e-12):
-                return f"to {digits} significant digits"
-    return None
-
-
-def how_far(answer, expected, what):
-    """How far one number is from the right one, in words, never showing the right one.
-
-    "your count is too large, by about 12%", "your size is too small, by about a factor of 3",
-    "your score is close, but a little too large: is it rounded? Use the unrounded value, not printed digits".
-    """
-    rounded = rounding_problem(np.asarray(answer, dtype=np.float64), np.asarray(expected, dtype=np.float64), what)
-    return rounded or f"{what} {_miss(float(answer), float(expected))}."
-
-
-def _wrong_entries(answer, expected, atol):
-    """True where a clean answer differs from the clean ``expected``: exactly for whole numbers and masks."""
-    exact = expected.dtype == bool or np.issubdtype(expected.dtype, np.integer)
-    with np.errstate(all="ignore"):
-        return answer != expected if exact else ~np.isclose(answer, expected, rtol=1e-5, atol=atol)
-
-
-def _how_many(positions, answer):
-    return f"all {answer.size}" if len(positions) == answer.size else f"{len(positions)} of its {answer.size}"
-
-
-def _entry_miss(got, expected):
-    """What is wrong with one entry of an array, as a verb phrase, without its expected value."""
-    if isinstance(got, np.bool_ | bool) or isinstance(expected, np.bool_ | bool):
-        return "is the wrong way round"
-    return _miss(float(got), float(expected))
-
-
-def _miss(answer, expected):
-    """The verb phrase of ``how_far``: "is too large, by about 12%", "has the right magnitude, but the wrong sign"."""
-    again = "work it through again from the lesson's formula"
-    if expected == 0:
-        return f"is not it; {again}"
-    if answer == 0:
-        return f"is 0, but the answer is not; {again}"
-    if (answer > 0) != (expected > 0):
-        if np.isclose(abs(answer), abs(expected), rtol=1e-5, atol=0):
-            return "has the right magnitude, but the wrong sign"
-        return f"has the wrong sign, and its magnitude {_size_of_miss(abs(answer), abs(expected))}"
-    if expected < 0:  # "too large" would be unclear for a negative number
-        return f"has the right sign, but its magnitude {_size_of_miss(-answer, -expected)}"
-    return _size_of_miss(answer, expected)
-
-
-def _size_of_miss(answer, expected):
-    """ "is too large, by about 12%", for two different positive numbers."""
-    ratio = answer / expected
-    direction = "too large" if ratio > 1 else "too small"
-    if abs(ratio - 1) < 5e-3:
-        if answer.is_integer() and expected.is_integer():
-            return f"is a little {direction}, by less than 1%"
-        return f"is close, but a little {direction}: is it rounded? Use the unrounded value, not printed digits"
-    if 0.5 < ratio < 1.75:
-        return f"is {direction}, by about {max(1, round(abs(ratio - 1) * 100))}%"
-    factor = max(ratio, 1 / ratio)
-    if factor >= 1000:
-        return f"is {direction}, by more than a factor of 1,000 (are the units right?)"
-    rounded = round(factor) if factor < 100 else round(float(f"{factor:.2g}"))
-    return f"is {direction}, by about a factor of {rounded:,}"
-
-
-def _shape_problem(got, expected, what):
-    if expected == () and np.prod(got) == 1:
-        return f"{what} is an array holding one number (shape {got}); give the number itself (for example with .item())."
-    if expected == ():
-        return f"{what} should be one number, but it is an array of shape {got}."
-    if got == ():
-        return f"{what} should be an array of shape {expected}, but it is a single value."
-    return f"{what} has shape {got}, but it should have shape {expected}."
-
-
-# Words -----------------------------------------------------------------------------------
-
-
-def show(value, limit=60):
-    """A short text for any value, for a sentence."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, complex):
-        text = f"({_number_text(value.real, 6)}{value.imag:+.6g}j)"
-    else:
-        text = _number_text(value, 6) if isinstance(value, float) else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def brief(error):
-    """The first line of an exception's message, shortened."""
-    lines = str(error).strip().splitlines()
-    return show_text(lines[0]) if lines else ""
-
-
-def show_text(text, limit=120):
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _colon(error):
-    message = brief(error)
-    return f": {message}" if message else ""
-
-
-def _number_text(value, digits):
-    if isinstance(value, bool | np.bool_):
-        return str(bool(value))
-    value = float(value)
-    if value.is_integer() and abs(value) < 1e16:
-        return f"{int(value):,}" if abs(value) >= 10_000 else str(int(value))
-    return f"{value:.{digits}g}"
-
-
-def _apart(value, other):
-    """Both numbers in the general format, with the fewest digits (6 at least) that tell them apart."""
-    for digits in range(6, 18):
-        shown = f"{value:.{digits}g}", f"{other:.{digits}g}"
-        if shown[0] != shown[1]:
-            break
-    return shown
-
-
-def _kind_of(value):
-    names = {
-        str: "text", bytes: "text", bool: "True/False value", np.bool_: "True/False value", dict: "dictionary",
-        set: "set", frozenset: "set", complex: "complex number", np.ndarray: "NumPy array", list: "list", tuple: "tuple",
-    }
-    for kind, name in names.items():
-        if isinstance(value, kind):
-            return name
-    if callable(value):
-        return "function"
-    if type(value).__name__ in ("Tensor", "Parameter"):
-        return "tensor"
-    if isinstance(value, numbers.Number | np.generic):
-        return "number"
-    return type(value).__name__
-
-
-def _a(noun):
-    if noun == "text":
-        return "text"
-    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"

@@ -7,20 +7,10 @@ solution of exercise 1.3 reads as it does in the notebook.
 import numpy as np
 
 from attn.course import fruit
-from attn.course.exercises.answers import (
-    AnswerError,
-    Array,
-    Function,
-    Number,
-    _apart,
-    attempt,
-    call,
-    compare,
-    matches,
-    rounding_problem,
-    show,
-)
+from attn.course.exercises.answers import AnswerError, Array, Function, Number, attempt, call
+from attn.course.exercises.judging import compare, matches, rounding_problem
 from attn.course.exercises.registry import exercise
+from attn.course.exercises.wording import apart, show
 
 keys = list(fruit.NAMES)  # T_k = 3 names
 key_array = np.array(keys)  # (T_k,) of strings
@@ -105,7 +95,7 @@ def _weights_problem(weights, target):
     if np.isclose(price, TARGET_PRICE, rtol=0, atol=1e-6):
         return None
     if np.isclose(price, TARGET_PRICE, rtol=0, atol=0.05):
-        shown = _apart(price, TARGET_PRICE)[0]
+        shown = apart(price, TARGET_PRICE)[0]
         return f"your weights price {shown}, not quite {target}: are they rounded? Write exact fractions, such as 1 / 3."
     if np.isclose(price, values[0] + values[2] - TARGET_PRICE):
         return f"your weights price {price:.4g}: apple and chair are the wrong way round."

@@ -3,7 +3,8 @@
 import numpy as np
 
 from attn.course import fruit
-from attn.course.exercises.answers import Array, Number, compare, compare_without_answer, matches
+from attn.course.exercises.answers import Array, Number
+from attn.course.exercises.judging import compare, compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 DURABLE_QUERY = np.array([0.1, 0.9, 0.2])  # "something hard-wearing": the query of lessons 2-4's exercises

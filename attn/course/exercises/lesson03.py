@@ -3,9 +3,11 @@
 import numpy as np
 
 from attn.course import fruit
-from attn.course.exercises.answers import Array, Function, Number, compare, compare_without_answer, matches, show
+from attn.course.exercises.answers import Array, Function, Number
+from attn.course.exercises.judging import compare, compare_without_answer, matches
 from attn.course.exercises.lesson02 import DURABLE_QUERY
 from attn.course.exercises.registry import exercise
+from attn.course.exercises.wording import show
 
 D_K = fruit.KEYS.shape[1]  # 3
 

@@ -3,7 +3,8 @@
 import numpy as np
 
 from attn.attention import causal_mask, padding_mask
-from attn.course.exercises.answers import Array, Number, compare, compare_without_answer, matches
+from attn.course.exercises.answers import Array, Number
+from attn.course.exercises.judging import compare, compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 LONG = 32_768  # T of exercise 5.3

@@ -3,7 +3,8 @@
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
 
-from attn.course.exercises.answers import Number, Shape, compare_without_answer, matches
+from attn.course.exercises.answers import Number, Shape
+from attn.course.exercises.judging import compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 SPLIT_EMBED, SPLIT_HEADS = 64, 4  # exercise 6.1: H = 4 heads of d = 16, so that H and d differ

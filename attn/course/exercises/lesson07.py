@@ -5,7 +5,8 @@ torch is imported inside the functions, so that ``import attn`` stays free of it
 
 import numpy as np
 
-from attn.course.exercises.answers import Array, Function, Number, compare_without_answer, matches
+from attn.course.exercises.answers import Array, Function, Number
+from attn.course.exercises.judging import compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 N_KEYS, N_VALUES, EMBED_DIM = 16, 16, 32  # the lesson's RecallModel

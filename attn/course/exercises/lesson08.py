@@ -5,7 +5,8 @@ torch is imported inside the functions, so that ``import attn`` stays free of it
 
 import math
 
-from attn.course.exercises.answers import Number, compare_without_answer, matches
+from attn.course.exercises.answers import Number
+from attn.course.exercises.judging import compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 HEAD_DIM, SEED = 8, 8  # the lesson's q and k: torch.randn(2, 1, 8, float64) from a generator seeded with 8

@@ -3,7 +3,8 @@
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
 
-from attn.course.exercises.answers import Number, compare_without_answer, matches
+from attn.course.exercises.answers import Number
+from attn.course.exercises.judging import compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 NORMALISED = (1.0, 2.0, 3.0, 6.0)  # exercise 9.1: the token that nn.LayerNorm(4) normalises

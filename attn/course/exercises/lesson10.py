@@ -5,7 +5,8 @@ torch is imported inside the functions, so that ``import attn`` stays free of it
 
 import numpy as np
 
-from attn.course.exercises.answers import Array, Function, Number, attempt, compare, compare_without_answer, matches
+from attn.course.exercises.answers import Array, Function, Number, attempt
+from attn.course.exercises.judging import compare, compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 # Exercise 10.1's model: 24 layers, 16 query heads of d = 128 sharing H_kv = 4 key/value heads, 32,768 tokens, bfloat16.

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attn.course.exercises.answers import AnswerError, Array, Number, compare_without_answer, matches
+from attn.course.exercises.answers import AnswerError, Array, Number
+from attn.course.exercises.judging import compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 # Where exercise 11.2's check looks for the lesson's trained weights, in this order: the clone's lessons/models

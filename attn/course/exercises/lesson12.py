@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 
-from attn.course.exercises.answers import Array, Function, Number, attempt, how_far, matches
+from attn.course.exercises.answers import Array, Function, Number, attempt
+from attn.course.exercises.judging import how_far, matches
 from attn.course.exercises.registry import exercise
 
 # Exercise 12.1: one row of nine scores read in blocks of three.

@@ -11,7 +11,8 @@ import contextlib
 
 import numpy as np
 
-from attn.course.exercises.answers import Array, Function, Number, Shape, attempt, compare, compare_without_answer, matches
+from attn.course.exercises.answers import Array, Function, Number, Shape, attempt
+from attn.course.exercises.judging import compare, compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
 LINEAR_CASES = ((5, 3, 11), (2, 4, 12))  # (N, features, seed): square weights, so a missing .T gives numbers, not an error

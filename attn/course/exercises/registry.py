@@ -4,7 +4,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from attn.course.exercises.answers import AnswerError, normalise, show
+from attn.course.exercises.answers import AnswerError, normalise
+from attn.course.exercises.wording import show
 
 EXERCISES = {}  # exercise id, such as "1.2" -> Exercise
 

@@ -1,0 +1,158 @@
+"""Judging a clean answer against the expected one: which entries are wrong, which way and roughly how far,
+and whether it looks rounded; never the expected value itself."""
+
+
+import numpy as np
+
+
+def matches(answer, candidate, atol=1e-6):
+    """True when a clean answer equals ``candidate`` (a known mistake, or the right answer) in shape and value."""
+    candidate = np.asarray(candidate)
+    if answer.shape != candidate.shape:
+        return False
+    if answer.dtype == bool or candidate.dtype == bool:
+        return bool(np.array_equal(answer, candidate))
+    with np.errstate(all="ignore"):
+        return bool(np.allclose(answer, candidate, rtol=1e-5, atol=atol))
+
+
+def _first_wrong(answer, expected, atol):
+    """(positions of every wrong entry, the first as a tuple, its index as shown), or None if all are right."""
+    wrong = _wrong_entries(answer, expected, atol)
+    if not wrong.any():
+        return None
+    positions = np.argwhere(wrong)
+    first = tuple(int(i) for i in positions[0])
+    return positions, first, first[0] if answer.ndim == 1 else first
+
+
+def compare(answer, expected, what, atol=1e-6):
+    """None when a clean answer equals the clean ``expected``, else a sentence saying how it differs.
+
+    Floats may differ by ``atol`` plus 1e-5 of the expected value; whole numbers and masks must be equal.
+    The sentence never shows the expected value: a single number is told in words how far off it is
+    (``how_far``); an array, which entry is the first wrong one, in which direction and roughly how far.
+    An answer that equals the expected value rounded (as the lessons print numbers) is told so.
+    """
+    if answer.shape != expected.shape:
+        return _shape_problem(answer.shape, expected.shape, what)
+    found = _first_wrong(answer, expected, atol)
+    if found is None:
+        return None
+    rounded = rounding_problem(answer, expected, what)
+    if rounded is not None:
+        return rounded
+    if answer.ndim == 0:
+        return how_far(answer, expected, what)
+    positions, first, index = found
+    miss = _entry_miss(answer[first], expected[first])
+    if answer.size == 1:
+        return f"{what} holds one number, and it {miss}."
+    if len(positions) == 1:
+        return f"{what} differs in one of its {answer.size} entries: the one at index {index} {miss}."
+    return f"{what} differs in {_how_many(positions, answer)} entries; the first, at index {index}, {miss}."
+
+
+compare_without_answer = compare  # the name the predict-first checks used; every check now hides the answer
+
+
+def rounding_problem(answer, expected, what):
+    """ "that looks rounded" when ``answer`` is ``expected`` rounded to a few decimals or digits, else None.
+
+    The course's rule, stated on the welcome page: a value rounded as a lesson prints it is not the
+    value, and the check says so rather than calling it wrong in some other way.
+    """
+    if expected.dtype.kind != "f" or answer.dtype.kind != "f" or np.array_equal(expected, np.round(expected)):
+        return None
+    how = _rounded_how(answer, expected)
+    if how is None:
+        return None
+    return (
+        f"{what} looks rounded ({how}): use the unrounded value, the variable itself or a Python "
+        "expression, not digits copied from a printout."
+    )
+
+
+def _rounded_how(answer, expected):
+    """How ``answer`` looks rounded from ``expected`` ("to 2 decimals", "to 3 significant digits"), or None."""
+    with np.errstate(all="ignore"):
+        for decimals in range(1, 7):
+            target = np.round(expected, decimals)
+            if np.any(target != 0) and np.allclose(answer, target, rtol=1e-9, atol=1e-12):
+                return f"to {decimals} decimal{'s' if decimals > 1 else ''}"
+        for digits in range(2, 7):
+            target = np.array([float(f"{value:.{digits}g}") for value in expected.ravel()]).reshape(expected.shape)
+            if np.allclose(answer, target, rtol=1e-9, atol=1e-12):
+                return f"to {digits} significant digits"
+    return None
+
+
+def how_far(answer, expected, what):
+    """How far one number is from the right one, in words, never showing the right one.
+
+    "your count is too large, by about 12%", "your size is too small, by about a factor of 3",
+    "your score is close, but a little too large: is it rounded? Use the unrounded value, not printed digits".
+    """
+    rounded = rounding_problem(np.asarray(answer, dtype=np.float64), np.asarray(expected, dtype=np.float64), what)
+    return rounded or f"{what} {_miss(float(answer), float(expected))}."
+
+
+def _wrong_entries(answer, expected, atol):
+    """True where a clean answer differs from the clean ``expected``: exactly for whole numbers and masks."""
+    exact = expected.dtype == bool or np.issubdtype(expected.dtype, np.integer)
+    with np.errstate(all="ignore"):
+        return answer != expected if exact else ~np.isclose(answer, expected, rtol=1e-5, atol=atol)
+
+
+def _how_many(positions, answer):
+    return f"all {answer.size}" if len(positions) == answer.size else f"{len(positions)} of its {answer.size}"
+
+
+def _entry_miss(got, expected):
+    """What is wrong with one entry of an array, as a verb phrase, without its expected value."""
+    if isinstance(got, np.bool_ | bool) or isinstance(expected, np.bool_ | bool):
+        return "is the wrong way round"
+    return _miss(float(got), float(expected))
+
+
+def _miss(answer, expected):
+    """The verb phrase of ``how_far``: "is too large, by about 12%", "has the right magnitude, but the wrong sign"."""
+    again = "work it through again from the lesson's formula"
+    if expected == 0:
+        return f"is not it; {again}"
+    if answer == 0:
+        return f"is 0, but the answer is not; {again}"
+    if (answer > 0) != (expected > 0):
+        if np.isclose(abs(answer), abs(expected), rtol=1e-5, atol=0):
+            return "has the right magnitude, but the wrong sign"
+        return f"has the wrong sign, and its magnitude {_size_of_miss(abs(answer), abs(expected))}"
+    if expected < 0:  # "too large" would be unclear for a negative number
+        return f"has the right sign, but its magnitude {_size_of_miss(-answer, -expected)}"
+    return _size_of_miss(answer, expected)
+
+
+def _size_of_miss(answer, expected):
+    """ "is too large, by about 12%", for two different positive numbers."""
+    ratio = answer / expected
+    direction = "too large" if ratio > 1 else "too small"
+    if abs(ratio - 1) < 5e-3:
+        if answer.is_integer() and expected.is_integer():
+            return f"is a little {direction}, by less than 1%"
+        return f"is close, but a little {direction}: is it rounded? Use the unrounded value, not printed digits"
+    if 0.5 < ratio < 1.75:
+        return f"is {direction}, by about {max(1, round(abs(ratio - 1) * 100))}%"
+    factor = max(ratio, 1 / ratio)
+    if factor >= 1000:
+        return f"is {direction}, by more than a factor of 1,000 (are the units right?)"
+    rounded = round(factor) if factor < 100 else round(float(f"{factor:.2g}"))
+    return f"is {direction}, by about a factor of {rounded:,}"
+
+
+def _shape_problem(got, expected, what):
+    if expected == () and np.prod(got) == 1:
+        return f"{what} is an array holding one number (shape {got}); give the number itself (for example with .item())."
+    if expected == ():
+        return f"{what} should be one number, but it is an array of shape {got}."
+    if got == ():
+        return f"{what} should be an array of shape {expected}, but it is a single value."
+    return f"{what} has shape {got}, but it should have shape {expected}."

@@ -157,7 +157,10 @@ class LatentAttention(nn.Module):
         if not x.is_floating_point() or x.dim() != 3 or x.shape[-1] != weight.shape[1] or 0 in x.shape:
             raise ValueError(f"x must be a floating-point (B, T, {weight.shape[1]}) tensor, got {x.dtype} {tuple(x.shape)}")
         if x.dtype != weight.dtype or x.device != weight.device:
-            raise TypeError(f"x is {x.dtype} on {x.device} but the layer is {weight.dtype} on {weight.device}; use x.to(layer.down_proj.weight)")
+            raise TypeError(
+                f"x is {x.dtype} on {x.device} but the layer is {weight.dtype} on {weight.device}; "
+                "use x.to(layer.down_proj.weight)"
+            )
         require_finite("x", x)
         if not isinstance(absorbed, bool):
             raise TypeError(f"absorbed must be True or False, got {type_name(absorbed)} {absorbed!r}")

@@ -273,11 +273,14 @@ def _check_rates(name, rates, batch_heads_length, low, high, meaning):
     require_tensor(name, rates)
     require_floating(name, rates)
     if tuple(rates.shape) != batch_heads_length:
-        raise ValueError(f"{name} must have shape (B, H, T) = {batch_heads_length}, one number per token, got {tuple(rates.shape)}")
+        raise ValueError(
+            f"{name} must have shape (B, H, T) = {batch_heads_length}, one number per token, got {tuple(rates.shape)}"
+        )
     require_finite(name, rates, "the memory it scales would hold NaN from then on")
     if rates.numel() and (rates.min() < low or rates.max() > high):
         raise ValueError(
-            f"{name} must lie in [{low}, {high}] ({meaning}), got values from {rates.min().item():.3g} to {rates.max().item():.3g}"
+            f"{name} must lie in [{low}, {high}] ({meaning}), "
+            f"got values from {rates.min().item():.3g} to {rates.max().item():.3g}"
         )
 
 
@@ -301,7 +304,9 @@ def check_recurrence_inputs(q, k, v, beta=None, alpha=None):
         )
     for name, tensor in named[1:]:
         if tensor.dtype != q.dtype or tensor.device != q.device:
-            raise TypeError(f"{name} is {tensor.dtype} on {tensor.device} but q is {q.dtype} on {q.device}; convert it with {name}.to(q)")
+            raise TypeError(
+                f"{name} is {tensor.dtype} on {tensor.device} but q is {q.dtype} on {q.device}; convert it with {name}.to(q)"
+            )
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         require_finite(name, tensor, "the memory it is written into would carry it to every later output")
     if beta is not None:

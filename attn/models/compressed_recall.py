@@ -11,7 +11,8 @@ are followed by a readout of the last position. The mixers:
 Experiment ``cache``: one layer each of mha, gqa, mqa and mla, MLA's latent sized so that it caches
 as many numbers per token as MQA. Experiment ``hybrid``: two layers, delta+delta, delta+full (the
 last layer full attention, as in Qwen3-Next's 3:1 stacks) and full+full, on more pairs than a
-delta head's memory has dimensions (three seeds: the delta layers are slow). Every seed chooses the weights and the data; the result is
+delta head's memory has dimensions (three seeds: the delta layers are slow). Every seed chooses the
+weights and the data; the result is
 one JSON file the lesson reads and plots:
 
     python -m attn.models.compressed_recall --out lessons/models
@@ -23,8 +24,8 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional
 
 from attn.destinations import folder_problem
 from attn.latent import LatentAttention
@@ -62,8 +63,8 @@ class GatedDeltaMixer(nn.Module):
     def forward(self, x):
         heads = self.qkv(x).unflatten(-1, (3, self.num_heads, -1)).permute(2, 0, 3, 1, 4)  # (3, B, H, T, d)
         q, k, v = heads[0], heads[1], heads[2]
-        q = F.normalize(q, dim=-1) / q.shape[-1] ** 0.5
-        k = F.normalize(k, dim=-1)
+        q = functional.normalize(q, dim=-1) / q.shape[-1] ** 0.5
+        k = functional.normalize(k, dim=-1)
         beta, alpha = torch.sigmoid(self.rates(x)).transpose(1, 2).split(self.num_heads, dim=1)  # (B, H, T) each
         output, _ = gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=32)
         return self.out_proj(output.transpose(1, 2).flatten(2))
@@ -131,7 +132,7 @@ def train_and_test(kinds, task, seed, steps=STEPS):
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
     for _ in range(steps):
         batch = train_data.batch(torch.randint(len(train_data), (BATCH,), generator=generator))
-        loss = F.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
+        loss = functional.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -145,7 +146,8 @@ def run_all(out, seeds=SEEDS, steps=STEPS, progress=print):
     """Both experiments over ``seeds``; writes ``out``/RESULTS_NAME and returns the record."""
     record = {"seeds": list(seeds), "steps": steps, "batch": BATCH, "learning_rate": LEARNING_RATE,
               "embed_dim": EMBED, "heads": HEADS, "head_dim": HEAD_DIM, "torch": torch.__version__,
-              "cache": {"task": CACHE_TASK, "runs": {}}, "hybrid": {"task": HYBRID_TASK, "seeds": list(seeds[:HYBRID_SEEDS]), "runs": {}}}
+              "cache": {"task": CACHE_TASK, "runs": {}},
+              "hybrid": {"task": HYBRID_TASK, "seeds": list(seeds[:HYBRID_SEEDS]), "runs": {}}}
     started = time.perf_counter()
     for kind in CACHE_MIXERS:
         results = [train_and_test((kind,), CACHE_TASK, seed, steps) for seed in seeds]

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from attn.positions import apply_rotary
-from attn.validate import positive_int, require_finite, require_tensor, type_name
+from attn.validate import positive_int, positive_number, require_finite, require_tensor, type_name
 
 
 class RMSNorm(nn.Module):
@@ -78,9 +78,13 @@ class LatentAttention(nn.Module):
         rope_dim, value_dim = positive_int("rope_dim", rope_dim), positive_int("value_dim", value_dim)
         if rope_dim % 2:
             raise ValueError(f"rope_dim must be even (rotary turns features in pairs), got {rope_dim}")
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be True or False, got {type_name(bias)} {bias!r}")
+        rope_base, eps = positive_number("rope_base", rope_base), positive_number("eps", eps)
+        scaling = None if scaling is None else positive_number("scaling", scaling)
         self.num_heads, self.latent_dim, self.nope_dim = num_heads, latent_dim, nope_dim
-        self.rope_dim, self.value_dim, self.rope_base = rope_dim, value_dim, float(rope_base)
-        self.scaling = 1 / math.sqrt(nope_dim + rope_dim) if scaling is None else float(scaling)
+        self.rope_dim, self.value_dim, self.rope_base = rope_dim, value_dim, rope_base
+        self.scaling = 1 / math.sqrt(nope_dim + rope_dim) if scaling is None else scaling
         query_width = num_heads * (nope_dim + rope_dim)
         if query_latent_dim is None:
             self.query_proj = nn.Linear(embed_dim, query_width, bias=False)

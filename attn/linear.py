@@ -17,7 +17,7 @@ choice (Qwen3-Next, for one, normalises q and k to unit length and scales q by 1
 Every recurrence comes three ways, proven equal by the tests: a loop over tokens (``*_loop``), a
 parallel form over the whole sequence, and a chunked form that loops over chunks and runs the
 parallel form inside each (``*_chunked``). The public functions check their input, then run the
-chunked form.
+chunked form; the three forms themselves check nothing (the tests and the lesson call them directly).
 """
 
 import torch
@@ -164,8 +164,3 @@ def gated_delta_rule(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
     """
     check_recurrence_inputs(q, k, v, beta=beta, alpha=alpha)
     return gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
-
-
-def state_numbers(d_k, d_v, num_heads=1):
-    """How many numbers the fixed-size memory holds: num_heads x d_k x d_v, whatever the length."""
-    return num_heads * d_k * d_v

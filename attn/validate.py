@@ -313,3 +313,12 @@ def check_recurrence_inputs(q, k, v, beta=None, alpha=None):
         _check_rates("beta", beta, tuple(q.shape[:3]), 0, 2, "the strength of each write")
     if alpha is not None:
         _check_rates("alpha", alpha, tuple(q.shape[:3]), 0, 1, "how much of the memory each token keeps")
+
+
+def positive_number(name, value):
+    """``value`` as a float if it is a finite number above 0 (not a bool or a string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {type_name(value)} {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)

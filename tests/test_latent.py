@@ -110,6 +110,10 @@ def test_yarn_and_wrong_modules_are_refused():
         (dict(embed_dim=0), ValueError, "embed_dim must be positive"),
         (dict(rope_dim=3), ValueError, "rope_dim must be even"),
         (dict(latent_dim=2.5), TypeError, "latent_dim must be a positive int"),
+        (dict(rope_base="10000"), TypeError, "rope_base must be a positive number"),
+        (dict(eps=0.0), ValueError, "eps must be a positive finite number"),
+        (dict(scaling=float("nan")), ValueError, "scaling must be a positive finite number"),
+        (dict(bias=1), TypeError, "bias must be True or False"),
     ],
 )
 def test_constructor_arguments(arguments, error, words):
@@ -138,3 +142,33 @@ def test_hostile_forward_input():
     layer(x, cache=cache)
     with pytest.raises(ValueError, match="start a new LatentCache"):
         layer(torch.randn(2, 1, 8), cache=cache)
+
+
+def test_the_whole_difference_is_the_references_float32_steps(monkeypatch):
+    """With its RMSNorm, softmax and rotary angles computed in float64, the reference agrees to float64's rounding:
+    those three steps, which the reference runs in float32 whatever its input, are the whole difference."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3
+
+    def rms_norm_float64(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+
+    def eager_float64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        scores = query @ key.transpose(2, 3) * scaling + attention_mask
+        weights = torch.softmax(scores, dim=-1)
+        return (weights @ value).transpose(1, 2).contiguous(), weights
+
+    monkeypatch.setattr(modeling_deepseek_v3.DeepseekV3RMSNorm, "forward", rms_norm_float64)
+    monkeypatch.setattr(modeling_deepseek_v3, "eager_attention_forward", eager_float64)
+    module, _ = reference()
+    x = torch.randn(2, LENGTH, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    rope = module.config.qk_rope_head_dim
+    frequencies = 10000.0 ** (-torch.arange(0, rope, 2, dtype=torch.float64) / rope)
+    angles = torch.arange(LENGTH, dtype=torch.float64)[:, None] * frequencies  # (T, rope / 2)
+    angles = torch.cat([angles, angles], dim=-1)[None]  # the reference's (1, T, rope) layout
+    mask = torch.full((LENGTH, LENGTH), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+    layer = LatentAttention.from_transformers(module)
+    with torch.no_grad():
+        expected = module(x, (angles.cos(), angles.sin()), mask)[0]
+        torch.testing.assert_close(layer(x), expected, rtol=0, atol=1e-13)
+        torch.testing.assert_close(layer(x, absorbed=True), expected, rtol=0, atol=1e-13)

@@ -39,7 +39,7 @@ EMBED, HEADS, HEAD_DIM = 32, 4, 8  # every mixer: E = 32, 4 heads of 8
 SEEDS = (0, 1, 2, 3, 4)
 HYBRID_SEEDS = 3  # the hybrid stacks train on the first three seeds only (their delta layers are the slow part)
 TEST_SEED = 1000  # held-out examples are drawn with seed + TEST_SEED
-CACHE_TASK = dict(n_pairs=12, n_keys=32, n_values=32)
+CACHE_TASK = dict(n_pairs=24, n_keys=48, n_values=32)  # 24 pairs: enough to separate the caches on some seeds
 HYBRID_TASK = dict(n_pairs=24, n_keys=48, n_values=32)  # 24 pairs: more than a delta head's d_k = 8 dimensions
 CACHE_MIXERS = ("mha", "gqa", "mqa", "mla")
 HYBRID_STACKS = (("delta", "delta"), ("delta", "full"), ("full", "full"))

@@ -281,3 +281,59 @@ def check_rotary_angles(angles, base):
             f"base={base!r} makes the rotation angles overflow {angles.dtype} (the frequencies base^(-2i / d) or the "
             "angles position * frequency reach inf); use a base above 1, such as the usual 10000"
         )
+
+
+def _check_rates(name, rates, batch_heads_length, low, high, meaning):
+    """One (B, H, T) tensor of per-token rates, beta or alpha: a tensor, the queries' dtype, inside [low, high]."""
+    require_tensor(name, rates)
+    require_floating(name, rates)
+    if tuple(rates.shape) != batch_heads_length:
+        raise ValueError(
+            f"{name} must have shape (B, H, T) = {batch_heads_length}, one number per token, got {tuple(rates.shape)}"
+        )
+    require_finite(name, rates, "the memory it scales would hold NaN from then on")
+    if rates.numel() and (rates.min() < low or rates.max() > high):
+        raise ValueError(
+            f"{name} must lie in [{low}, {high}] ({meaning}), "
+            f"got values from {rates.min().item():.3g} to {rates.max().item():.3g}"
+        )
+
+
+def check_recurrence_inputs(q, k, v, beta=None, alpha=None):
+    """The inputs of attn.linear's recurrences: q, k (B, H, T, d_k), v (B, H, T, d_v), beta and alpha (B, H, T).
+
+    All floating point of one dtype and device, finite, T >= 1; beta in [0, 2] (beyond 2 a write overshoots
+    and the memory grows without bound), alpha in [0, 1] (a decay).
+    """
+    named = [("q", q), ("k", k), ("v", v)] + [(name, t) for name, t in (("beta", beta), ("alpha", alpha)) if t is not None]
+    for name, tensor in named:
+        require_tensor(name, tensor)
+        require_floating(name, tensor)
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if tensor.dim() != 4 or 0 in tensor.shape:
+            raise ValueError(f"{name} must have shape (B, H, T, d) with no size 0, got {tuple(tensor.shape)}")
+    if q.shape != k.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(
+            f"q and k must both be (B, H, T, d_k) and v (B, H, T, d_v) with the same B, H and T: got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    for name, tensor in named[1:]:
+        if tensor.dtype != q.dtype or tensor.device != q.device:
+            raise TypeError(
+                f"{name} is {tensor.dtype} on {tensor.device} but q is {q.dtype} on {q.device}; convert it with {name}.to(q)"
+            )
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        require_finite(name, tensor, "the memory it is written into would carry it to every later output")
+    if beta is not None:
+        _check_rates("beta", beta, tuple(q.shape[:3]), 0, 2, "the strength of each write")
+    if alpha is not None:
+        _check_rates("alpha", alpha, tuple(q.shape[:3]), 0, 1, "how much of the memory each token keeps")
+
+
+def positive_number(name, value):
+    """``value`` as a float if it is a finite number above 0 (not a bool or a string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {type_name(value)} {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)

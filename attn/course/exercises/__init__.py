@@ -1,9 +1,10 @@
 """The exercises' self-checks: ``check("1.2", answer)`` prints "Correct: ..." or "Not yet: ...".
 
 ``answers`` turns any answer into a clean form (a number, an array, a shape, a function's
-outputs) or a sentence saying what is wrong with it; ``registry`` holds the exercises and
-``check``; ``judging`` and ``wording`` serve the checks; each lesson's module registers that lesson's exercises when it is imported, with
-only the exercise's own logic and its hints for common mistakes. To add a lesson's
+outputs) or a sentence saying what is wrong with it; ``judging`` compares a clean answer with
+the expected one without revealing it; ``wording`` names things in sentences; ``registry``
+holds the exercises and ``check``; each lesson's module registers that lesson's exercises when
+it is imported, with only the exercise's own logic and its hints for common mistakes. To add a lesson's
 exercises, write ``lessonNN.py`` and add it to the import below (the PyTorch primer's are in
 ``primer.py``, with ids "P.1" to "P.4").
 """
@@ -21,6 +22,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson10,
     lesson11,
     lesson12,
+    lesson15,
     primer,
 )
 from attn.course.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

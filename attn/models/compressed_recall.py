@@ -1,0 +1,203 @@
+"""Lesson 7's recall task for attention that compresses its cache (lesson 15), trained over several seeds.
+
+Two experiments, one small model: each (key, value) pair is one token (key embedding + value
+embedding), the query key is the last token, and pre-norm residual layers of one token mixer each
+are followed by a readout of the last position. The mixers:
+
+- ``mha``, ``gqa``, ``mqa``: the course's MultiHeadAttention with 4, 2 and 1 key/value heads, causal;
+- ``mla``: attn.latent.LatentAttention, whose cache holds r + d_rope numbers per token;
+- ``delta``: a gated delta rule layer (attn.linear), whose memory is a fixed d_k x d_v matrix per head.
+
+Experiment ``cache``: one layer each of mha, gqa, mqa and mla, MLA's latent sized so that it caches
+as many numbers per token as MQA. Experiment ``hybrid``: two layers, delta+delta, delta+full (the
+last layer full attention, as in Qwen3-Next's 3:1 stacks) and full+full, on more pairs than a
+delta head's memory has dimensions (three seeds: the delta layers are slow). Every seed chooses the
+weights and the data; the result is
+one JSON file the lesson reads and plots:
+
+    python -m attn.models.compressed_recall --out lessons/models
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from attn.common.destinations import folder_problem
+from attn.common.validate import positive_int
+from attn.latent import LatentAttention
+from attn.linear import gated_delta_rule_chunked
+from attn.models.recall import make_recall_data
+from attn.multihead import MultiHeadAttention
+
+RESULTS_NAME = "compressed_recall.json"
+EMBED, HEADS, HEAD_DIM = 32, 4, 8  # every mixer: E = 32, 4 heads of 8
+SEEDS = (0, 1, 2, 3, 4)
+HYBRID_SEEDS = 3  # the hybrid stacks train on the first three seeds only (their delta layers are the slow part)
+TEST_SEED = 1000  # held-out examples are drawn with seed + TEST_SEED
+CACHE_TASK = dict(n_pairs=24, n_keys=48, n_values=32)  # 24 pairs: enough to separate the caches on some seeds
+HYBRID_TASK = dict(n_pairs=24, n_keys=48, n_values=32)  # 24 pairs: more than a delta head's d_k = 8 dimensions
+CACHE_MIXERS = ("mha", "gqa", "mqa", "mla")
+HYBRID_STACKS = (("delta", "delta"), ("delta", "full"), ("full", "full"))
+STEPS, BATCH, LEARNING_RATE, TRAIN_EXAMPLES, TEST_EXAMPLES = 400, 64, 3e-3, 20_000, 1_000
+
+
+class GatedDeltaMixer(nn.Module):
+    """q, k, v projections per head, unit-length q and k (q also scaled by 1/sqrt(d_k)), beta = sigmoid(.),
+    alpha = sigmoid(.) with a bias that starts it near 1 (keep almost everything), the gated delta rule,
+    an output projection. x (B, T, E) -> (B, T, E)."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=False)
+        self.rates = nn.Linear(embed_dim, 2 * num_heads)
+        with torch.no_grad():
+            self.rates.bias[num_heads:] = 4.0  # alpha = sigmoid(4) = 0.98 at the start
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x):
+        heads = self.qkv(x).unflatten(-1, (3, self.num_heads, -1)).permute(2, 0, 3, 1, 4)  # (3, B, H, T, d)
+        q, k, v = heads[0], heads[1], heads[2]
+        q = functional.normalize(q, dim=-1) / q.shape[-1] ** 0.5
+        k = functional.normalize(k, dim=-1)
+        beta, alpha = torch.sigmoid(self.rates(x)).transpose(1, 2).split(self.num_heads, dim=1)  # (B, H, T) each
+        output, _ = gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=32)
+        return self.out_proj(output.transpose(1, 2).flatten(2))
+
+
+class AttentionMixer(nn.Module):
+    """The course's MultiHeadAttention, causal self-attention; num_kv_heads 4 (mha), 2 (gqa) or 1 (mqa)."""
+
+    def __init__(self, embed_dim, num_heads, num_kv_heads):
+        super().__init__()
+        self.attention = MultiHeadAttention(embed_dim, num_heads, num_kv_heads=num_kv_heads)
+
+    def forward(self, x):
+        return self.attention(x, x, x, is_causal=True)
+
+
+def make_mixer(kind):
+    """One token mixer by name, at the course's sizes (E = 32, H = 4, d = 8)."""
+    if kind in ("mha", "full"):
+        return AttentionMixer(EMBED, HEADS, HEADS)
+    if kind == "gqa":
+        return AttentionMixer(EMBED, HEADS, 2)
+    if kind == "mqa":
+        return AttentionMixer(EMBED, HEADS, 1)
+    if kind == "mla":  # r + d_rope = 14 + 2 = 16 numbers per token, as many as MQA's 2 x 8
+        return LatentAttention(EMBED, HEADS, latent_dim=14, nope_dim=HEAD_DIM, rope_dim=2, value_dim=HEAD_DIM)
+    if kind == "delta":
+        return GatedDeltaMixer(EMBED, HEADS)
+    raise ValueError(f"unknown mixer {kind!r}; choose from mha, gqa, mqa, mla, full, delta")
+
+
+def cache_numbers_per_token(kind):
+    """Numbers one layer caches per token (a delta layer: 0 per token, its fixed H x d_k x d_v memory instead)."""
+    return {"mha": 2 * HEADS * HEAD_DIM, "full": 2 * HEADS * HEAD_DIM, "gqa": 2 * 2 * HEAD_DIM, "mqa": 2 * HEAD_DIM,
+            "mla": 14 + 2, "delta": 0}[kind]
+
+
+class RecallStack(nn.Module):
+    """Embeddings, pre-norm residual mixer layers, a readout of the last token: keys, values (B, P), query (B,)."""
+
+    def __init__(self, kinds, n_keys, n_values):
+        super().__init__()
+        self.key_embedding = nn.Embedding(n_keys, EMBED)
+        self.value_embedding = nn.Embedding(n_values, EMBED)
+        self.norms = nn.ModuleList(nn.LayerNorm(EMBED) for _ in kinds)
+        self.mixers = nn.ModuleList(make_mixer(kind) for kind in kinds)
+        self.final_norm = nn.LayerNorm(EMBED)
+        self.readout = nn.Linear(EMBED, n_values)
+
+    def forward(self, keys, values, query):
+        pairs = self.key_embedding(keys) + self.value_embedding(values)  # (B, P, E)
+        x = torch.cat([pairs, self.key_embedding(query)[:, None]], dim=1)  # (B, P + 1, E)
+        for norm, mixer in zip(self.norms, self.mixers, strict=True):
+            x = x + mixer(norm(x))
+        return self.readout(self.final_norm(x[:, -1]))  # (B, n_values)
+
+
+def train_and_test(kinds, task, seed, steps=STEPS):
+    """Train a RecallStack of ``kinds`` on ``task`` with ``seed``; returns (held-out accuracy, parameter count)."""
+    torch.manual_seed(seed)
+    model = RecallStack(kinds, task["n_keys"], task["n_values"])
+    train_data = make_recall_data(TRAIN_EXAMPLES, seed=seed, **task)
+    test_data = make_recall_data(TEST_EXAMPLES, seed=seed + TEST_SEED, **task)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    for _ in range(steps):
+        batch = train_data.batch(torch.randint(len(train_data), (BATCH,), generator=generator))
+        loss = functional.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        predicted = model(test_data.keys, test_data.values, test_data.query).argmax(dim=-1)
+    accuracy = (predicted == test_data.target).double().mean().item()
+    return round(accuracy, 3), sum(parameter.numel() for parameter in model.parameters())
+
+
+def run_all(out, seeds=SEEDS, steps=STEPS, progress=print):
+    """Both experiments over ``seeds``; writes ``out``/RESULTS_NAME and returns the record."""
+    record = {"seeds": list(seeds), "steps": steps, "batch": BATCH, "learning_rate": LEARNING_RATE,
+              "embed_dim": EMBED, "heads": HEADS, "head_dim": HEAD_DIM, "torch": torch.__version__,
+              "cache": {"task": CACHE_TASK, "runs": {}},
+              "hybrid": {"task": HYBRID_TASK, "seeds": list(seeds[:HYBRID_SEEDS]), "runs": {}}}
+    started = time.perf_counter()
+    for kind in CACHE_MIXERS:
+        results = [train_and_test((kind,), CACHE_TASK, seed, steps) for seed in seeds]
+        record["cache"]["runs"][kind] = {"accuracy": [a for a, _ in results], "parameters": results[0][1],
+                                         "cache_numbers_per_token": cache_numbers_per_token(kind)}
+        progress(f"cache  {kind:>5}: accuracy {[a for a, _ in results]}  ({time.perf_counter() - started:.0f} s)")
+    for kinds in HYBRID_STACKS:
+        name = "+".join(kinds)
+        results = [train_and_test(kinds, HYBRID_TASK, seed, steps) for seed in seeds[:HYBRID_SEEDS]]
+        record["hybrid"]["runs"][name] = {"accuracy": [a for a, _ in results], "parameters": results[0][1]}
+        progress(f"hybrid {name:>11}: accuracy {[a for a, _ in results]}  ({time.perf_counter() - started:.0f} s)")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / RESULTS_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def _output_folder(text):
+    problem = folder_problem(text)
+    if problem is None and (Path(text) / RESULTS_NAME).is_dir():
+        problem = f"{Path(text) / RESULTS_NAME} is a folder, so the file of that name cannot be written; move it away"
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
+
+
+def _seed_count(text):
+    try:
+        return positive_int("--seeds", int(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--seeds must be a positive whole number, got {text!r}") from error
+
+
+def _step_count(text):
+    try:
+        return positive_int("--steps", int(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--steps must be a positive whole number, got {text!r}") from error
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m attn.models.compressed_recall",
+        description="Train lesson 15's recall comparisons (cache: MHA, GQA, MQA, MLA; hybrid: delta and full stacks).")
+    parser.add_argument("--out", required=True, type=_output_folder, help=f"folder for {RESULTS_NAME}")
+    parser.add_argument("--seeds", type=_seed_count, default=len(SEEDS), help="how many seeds, 0, 1, ... (default 5)")
+    parser.add_argument("--steps", type=_step_count, default=STEPS, help=f"training steps per run (default {STEPS})")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the same sums in the same order on every machine
+    run_all(args.out, seeds=tuple(range(args.seeds)), steps=args.steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -177,7 +177,8 @@ def unfolded(notebook):
     spans = solution_spans(cells)
     for first, last in spans:
         label = label_of(cells[first])
-        if first == 0 or not is_line_cell(cells[first - 1]) or LINE_TAG not in cells[first - 1].get("metadata", {}).get("tags", []):
+        line = cells[first - 1] if first else {}
+        if not is_line_cell(line) or LINE_TAG not in line.get("metadata", {}).get("tags", []):
             problems.append(f"{label}: no 'Solution below: try first' line (tagged {LINE_TAG}) above it")
         for index in range(first, last + 1):
             cell = cells[index]

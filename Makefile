@@ -27,8 +27,11 @@ book: $(READY)
 test: $(READY)
 	$(BIN)/python -m pytest
 
+# JupyterLab serves the lessons from this computer only (127.0.0.1) and opens them in the browser.
+LAB_PORT ?= 8888
 lab: $(READY)
-	$(BIN)/jupyter lab lessons
+	@echo "Opening the lessons in JupyterLab at http://127.0.0.1:$(LAB_PORT)/lab (or the next free port: JupyterLab prints the address it uses, with its token, below). To stop it, press Ctrl+C twice in this terminal."
+	$(BIN)/jupyter lab --ip=127.0.0.1 --port=$(LAB_PORT) lessons
 
 # Re-execute lessons in place, each in a fresh kernel: `make execute` (all) or `make execute LESSONS=lessons/05_*.ipynb`.
 execute: $(READY)

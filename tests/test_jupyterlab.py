@@ -13,7 +13,10 @@ running (3.3), terms, links to other lessons and citations. The test opens it at
 - every solution is folded: its cells' inputs (and code cells' outputs) are collapsed by their notebook
   metadata, the fold shows nothing of the answer, and the line "Solution below: try first" stands above it;
 - a cell runs in the kernel and shows its output (the copy's first two code cells have their outputs cleared,
-  so the output seen is the kernel's).
+  so the output seen is the kernel's);
+- "Run All" runs every cell without an error and leaves every solution folded, its output and words included:
+  JupyterLab itself unfolds what it runs, and the course's extension (tools/jupyterlab-course, in
+  requirements.txt) folds a solution back; a solution the learner unfolds runs and shows its output.
 
 The notebook is opened with JupyterLab's windowing off (every cell in the page, found without scrolling); cells
 render the same either way. Screenshots at 1280 and 390 px go to the test's temporary folder (and to
@@ -103,6 +106,7 @@ def jupyterlab(tmp_path_factory):
         sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
         f"--LabApp.user_settings_dir={folder / 'settings'}", f"--LabApp.workspaces_dir={folder / 'workspaces'}",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: the test reads folded cells' run counts
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")  # a container's root user; JupyterLab refuses root otherwise
@@ -231,6 +235,22 @@ def menu(page, menu_name, item):
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).click()
 
 
+# The run count of every code cell, from JupyterLab's notebook model (a folded cell shows no prompt in the page).
+RUN_COUNTS = """() => {
+  const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+  return Array.from({length: cells.length}, (_, i) => cells.get(i)).filter(cell => cell.type === "code")
+    .map(cell => cell.executionCount);
+}"""
+
+
+RUN_ERRORS = """() => {
+  const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+  return Array.from({length: cells.length}, (_, i) => cells.get(i)).filter(cell => cell.type === "code")
+    .flatMap(cell => cell.outputs.toJSON()).filter(output => output.output_type === "error")
+    .map(output => `${output.ename}: ${output.evalue}`);
+}"""
+
+
 def prompt_of(cell):
     return cell.locator(".jp-InputArea-prompt").text_content().strip()
 
@@ -255,39 +275,51 @@ def test_a_cell_runs_in_the_kernel_and_shows_its_output(lab_page):
 
 def test_run_all_runs_every_cell_and_keeps_the_solutions_code_folded(lab_page):
     # "Run All", as a learner would: every cell runs without an error (nothing after a solution needs it), the
-    # solutions run too (a folded code cell has no prompt in the page: its new output says it ran), and their
-    # code stays folded.
+    # solutions run too (a folded cell has no prompt in the page: JupyterLab's model says it ran), and their code
+    # stays folded.
     page, cells, notebook, folder, _ = lab_page
     spans = solution_spans(notebook["cells"])
-    menu(page, "Edit", "Clear Outputs of All Cells")  # every prompt reads [ ]: until its cell runs again
-    page.wait_for_function("Array.from(document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt'))"
-                           ".every(prompt => !/\\d/.test(prompt.textContent))")
+    code = [index for index, cell in enumerate(notebook["cells"]) if cell["cell_type"] == "code"]
+    menu(page, "Edit", "Clear Outputs of All Cells")  # every run count is cleared until its cell runs again
+    page.wait_for_function(f"({RUN_COUNTS})().every(count => count === null)")
     menu(page, "Run", "Run All Cells")
-    page.wait_for_function("Array.from(document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt'))"
-                           ".every(prompt => /\\[\\d+\\]/.test(prompt.textContent))", timeout=120_000)
-    errors = page.locator(".jp-Notebook .jp-OutputArea-output[data-mime-type*='error']")
-    assert not errors.count(), errors.first.text_content()[:300]
+    page.wait_for_function(f"({RUN_COUNTS})().every(count => count !== null)", timeout=120_000)
+    errors = page.evaluate(RUN_ERRORS)
+    assert not errors, errors
     for first, last in spans:
         for index in range(first, last + 1):
             if notebook["cells"][index]["cell_type"] == "code":
                 assert cells.nth(index).locator(".jp-InputPlaceholder").is_visible(), f"cell {index} unfolded"
-                ran = cells.nth(index).locator(".jp-OutputArea-output").count()  # outputs were cleared before
-                assert ran, f"solution cell {index} did not run"
+                assert page.evaluate(RUN_COUNTS)[code.index(index)] is not None, f"solution cell {index} did not run"
     cells.nth(spans[-1][0] - 1).scroll_into_view_if_needed()
     screenshot(page, folder, "jupyterlab-1280-after-run-all")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="JupyterLab 4.6 unfolds what it runs: NotebookActions.runCell sets inputHidden = false on a Markdown "
-    "cell and CodeCell.execute sets outputHidden = false, whatever the metadata says; keeping solutions folded "
-    "through Run All needs a JupyterLab extension",
-)
 def test_run_all_keeps_the_solutions_outputs_and_words_folded(lab_page):
+    # JupyterLab unfolds what it runs (a Markdown cell's input, a code cell's output) whatever the metadata says;
+    # the course's extension (tools/jupyterlab-course) folds a solution back after Run All.
     page, cells, notebook, _, _ = lab_page  # after the Run All of the test above
     for first, last in solution_spans(notebook["cells"]):
         for index in range(first, last + 1):
             assert_folded(cells.nth(index), index)
+
+
+def test_a_solution_unfolded_by_the_learner_runs_and_shows_its_output(lab_page):
+    # Clicking a folded cell's dots unfolds it; run then, the solution shows its output (the extension only keeps
+    # folded what is folded).
+    page, cells, notebook, folder, _ = lab_page
+    first, last = solution_spans(notebook["cells"])[0]
+    index = next(i for i in range(first, last + 1) if notebook["cells"][i]["cell_type"] == "code")
+    cell = cells.nth(index)
+    cell.locator(".jp-InputPlaceholder").click()
+    cell.locator(".jp-InputArea-editor").wait_for()
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    output = cell.locator(".jp-OutputArea-output")
+    output.first.wait_for()
+    assert output.first.inner_text().startswith("Correct"), output.first.inner_text()
+    cell.scroll_into_view_if_needed()
+    screenshot(page, folder, "jupyterlab-1280-unfolded")
 
 
 def test_the_lesson_at_a_phone_width(lab_page):

@@ -9,7 +9,7 @@ READY := $(VENV)/.ready
 # The pins need Python 3.11 or newer (numpy 2.4.6 has no release for 3.10): say so before making a venv.
 PYTHON_OK := import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
 
-$(READY): requirements.txt pyproject.toml
+$(READY): requirements.txt pyproject.toml $(wildcard tools/jupyterlab-course/pyproject.toml tools/jupyterlab-course/labextension/*.json tools/jupyterlab-course/labextension/static/*)
 	@$(PYTHON) -c "$(PYTHON_OK)" || { echo "This course needs Python 3.11 or newer, and $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'): run make with PYTHON=python3.11 (or newer)."; exit 1; }
 	@echo "Setting up $(VENV) (the first time takes a few minutes)..."
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,11 @@ book: $(READY)
 test: $(READY)
 	$(BIN)/python -m pytest
 
+# JupyterLab serves the lessons from this computer only (127.0.0.1) and opens them in the browser.
+LAB_PORT ?= 8888
 lab: $(READY)
-	$(BIN)/jupyter lab lessons
+	@echo "Opening the lessons in JupyterLab at http://127.0.0.1:$(LAB_PORT)/lab (or the next free port: JupyterLab prints the address it uses, with its token, below). To stop it, press Ctrl+C twice in this terminal."
+	$(BIN)/jupyter lab --ip=127.0.0.1 --port=$(LAB_PORT) lessons
 
 # Re-execute lessons in place, each in a fresh kernel: `make execute` (all) or `make execute LESSONS=lessons/05_*.ipynb`.
 execute: $(READY)

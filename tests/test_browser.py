@@ -6,7 +6,9 @@ Every page is opened at 1280x800 and at 390x844 (device scale factor 3) and chec
 - nothing fetched from anywhere but the book itself, no failed request, no JavaScript or console error;
 - no raw TeX left in the page's text (code excluded), and every formula typeset by MathJax without error;
 - no page wider than the phone's viewport; a table wider than its column shows a scroll hint;
-- at 1280 px, no printed output wider than its output block (nothing cut off at the right);
+- at 1280 px, no printed output wider than its output block (nothing cut off at the right), no code block
+  wider than its column and no name in inline code broken across two lines (`mlp_ratio` as mlp_ | ratio);
+- every page of book/ is visited, as every lesson is (a page the table of contents leaves out would not be);
 - every image loaded, with alt text; every sidebar link resolving;
 - exercise titles read "Exercise 1.1: ...", and the reference list matches the author-year citations;
 - the previous/next links at the foot of the page fit the screen (on a phone they were cut at the right);
@@ -40,6 +42,7 @@ import re
 import shutil
 import threading
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -48,6 +51,7 @@ from attn.common.plotting import PHONE_TEXT_PX, PNG_DPI, SMALLEST_FONT_PT
 from attn.course import fruit
 from attn.course.explorer import fruit_attention
 
+ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="Chromium not found: install it (Debian/Ubuntu: apt-get install chromium) to run the browser test"
@@ -197,6 +201,30 @@ CUT_OUTPUTS = """() => {
 }"""
 
 
+# Code at the width of the page, measured with the solutions unfolded (after CUT_OUTPUTS): every code block that
+# is wider than its box (it would scroll sideways), and every name in inline code broken across two lines: a
+# part of a name between spaces (a span.pre), or a whole piece of code of SHORT_CODE characters or fewer
+# (`key == query`). Two fragments on different lines are more than 4 px apart vertically.
+SHORT_CODE = 30  # as course.js
+CODE_FIT = """([short]) => {
+  const article = document.querySelector(".bd-article");
+  if (!article) return {wideCode: [], brokenNames: []};
+  const lines = node => {
+    const tops = Array.from(node.getClientRects()).filter(rect => rect.width > 0).map(rect => rect.top);
+    return tops.length && Math.max(...tops) - Math.min(...tops) > 4 ? 2 : 1;
+  };
+  const wideCode = Array.from(article.querySelectorAll("pre"))
+    .filter(pre => pre.getBoundingClientRect().width > 0 && pre.scrollWidth > pre.clientWidth + 1)
+    .map(pre => ({code: pre.textContent.trim().slice(0, 60), width: pre.scrollWidth, column: pre.clientWidth}));
+  const brokenNames = Array.from(article.querySelectorAll("code.literal")).filter(code => !code.closest("pre"))
+    .flatMap(code => Array.from(code.querySelectorAll("span.pre")).concat(
+      code.textContent.trim().length <= short ? [code] : []))
+    .filter(node => lines(node) > 1)
+    .map(node => node.textContent.trim() + (node.closest("table") ? " (in a table)" : ""));
+  return {wideCode, brokenNames};
+}"""
+
+
 # axe-core, run in the page after MEASURE. MathJax's typeset output is left out: it is the formula library's
 # markup (a reader's screen reader gets MathJax's own speech text), and it is a third of a lesson's elements.
 # No preloading: axe would fetch the stylesheets again, and resolves the theme's @import against the wrong
@@ -257,6 +285,7 @@ class Visitor:
         report = self.page.evaluate(MEASURE)
         report["axe"] = self.page.evaluate(AXE, [self.desktop])
         report["cutOutputs"] = self.page.evaluate(CUT_OUTPUTS)
+        report.update(self.page.evaluate(CODE_FIT, [SHORT_CODE]))
         report["problems"] = self.problems
         # Leave the page as closing it would: what it still had loading is cancelled here, not reported as a
         # failed request of the next page.
@@ -346,6 +375,31 @@ def test_printed_output_fits_its_block_at_desktop_width(reports):
     for (width, relative), report in reports.items():
         if width == "desktop":
             assert not report["cutOutputs"], f"{relative}: output cut off at 1280 px: {report['cutOutputs']}"
+
+
+def test_code_fits_its_column_and_no_code_name_breaks_at_desktop_width(reports):
+    # At 1280 px every page's code blocks fit their column, and no name in inline code is broken across lines
+    # (on a phone, course.js lets a long name break after a "." or "_", and code blocks scroll in their box).
+    wide, broken = [], []
+    for (width, relative), report in reports.items():
+        if width == "desktop":
+            wide += [f"{relative}: {code}" for code in report["wideCode"]]
+            broken += [f"{relative}: {name}" for name in report["brokenNames"]]
+    assert not wide, "code wider than its column at 1280 px:\n" + "\n".join(wide)
+    assert not broken, "code names broken across lines at 1280 px:\n" + "\n".join(broken)
+
+
+def test_every_page_of_the_book_folder_is_visited(site, reports):
+    # Every page in book/ is opened at both widths, as the lessons are: a page in the table of contents is built
+    # and visited; a file that is no page of its own is included by one (the running-times table).
+    _, built_book = site
+    sources = {path.read_text() for path in (ROOT / "book").glob("*.md")}
+    for page in sorted((ROOT / "book").glob("*.md")):
+        built = f"book/{page.stem}.html"
+        included = any(f"```{{include}} {page.name}" in text for text in sources)
+        assert included or {("desktop", built), ("phone", built)} <= set(reports), f"{built} is not visited"
+    lessons = sorted((ROOT / "lessons").glob("*.ipynb"))
+    assert all(("desktop", f"lessons/{lesson.stem}.html") in reports for lesson in lessons)
 
 
 def test_every_image_loads_with_alt_text_and_sidebar_links_resolve(site, reports):

@@ -44,3 +44,15 @@ def test_make_goes_on_to_create_the_venv_with_a_supported_python(tmp_path):
     result = make_setup(tmp_path, "3.11.7", 0)
     assert "This course needs" not in result.stdout + result.stderr
     assert (tmp_path / "used").read_text().startswith("-m venv .venv")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_lab_says_where_it_opens_and_how_to_stop_it(tmp_path):
+    for name in ("Makefile", "requirements.txt", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / ".ready").touch()  # set up already: `make -n` only prints what it would run
+    result = subprocess.run(["make", "-n", "lab"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "http://127.0.0.1:8888/lab" in result.stdout and "Ctrl+C twice" in result.stdout, result.stdout
+    assert "jupyter lab --ip=127.0.0.1 --port=8888 lessons" in result.stdout, result.stdout

@@ -65,8 +65,8 @@ def _visible_prose(cells):
     """The markdown a learner reads on the way through: everything outside solution blocks."""
     visible, in_solution = [], False
     for cell in cells:
-        if cell["cell_type"] != "markdown":
-            continue
+        if cell["cell_type"] != "markdown" or "remove-cell" in cell.get("metadata", {}).get("tags", []):
+            continue  # the line over a folded solution, for JupyterLab only (attn/course/solutions.py), is not read
         text = "".join(cell["source"])
         if in_solution:
             end = SOLUTION_END.search(text)

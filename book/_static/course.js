@@ -85,9 +85,13 @@
     hint.hidden = !wide;
   }
 
-  /** Let names in inline code break after "." and "_" (followed by more of the name), and nowhere else. */
+  /** Let names in inline code break after "." and "_" (followed by more of the name), and nowhere else; mark
+   *  short code (SHORT_CODE characters or fewer, such as `key == query`), which course.css keeps on one line
+   *  at desktop widths. */
+  const SHORT_CODE = 30;
   function breakableNames() {
     document.querySelectorAll(".bd-article code.literal").forEach(function (code) {
+      if (code.textContent.trim().length <= SHORT_CODE) code.classList.add("code-short");
       textNodes(code).forEach(function (node) {
         const parts = node.nodeValue.split(/(?<=[._])(?=\w)/);
         if (parts.length < 2) return;

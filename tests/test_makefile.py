@@ -44,3 +44,15 @@ def test_make_goes_on_to_create_the_venv_with_a_supported_python(tmp_path):
     result = make_setup(tmp_path, "3.11.7", 0)
     assert "This course needs" not in result.stdout + result.stderr
     assert (tmp_path / "used").read_text().startswith("-m venv .venv")
+
+
+def test_make_portability_runs_strict_nbval_with_the_avx2_and_the_generic_kernels():
+    """Printed, not run (make -n): the lessons are checked twice, once per kernel set, with one math thread."""
+    completed = subprocess.run(["make", "-n", "portability", "LESSONS=lessons/01_lookup_table.ipynb"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    commands = [line for line in completed.stdout.splitlines() if "pytest" in line]
+    assert len(commands) == 2
+    for command, kernels in zip(commands, ("avx2", "default"), strict=True):
+        assert f"ATEN_CPU_CAPABILITY={kernels} " in command and "OMP_NUM_THREADS=1" in command
+        assert command.endswith("-m pytest -p no:cacheprovider lessons/01_lookup_table.ipynb")

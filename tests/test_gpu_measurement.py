@@ -51,7 +51,8 @@ def timed_regions(monkeypatch):
 
     monkeypatch.setattr(cases, "start_timer", started)
     monkeypatch.setattr(cases, "stop_timer", stopped)
-    return regions
+    yield regions
+    sys.setprofile(None)  # even if a timed call raised before stop_timer
 
 
 def checks_and_contexts(region):

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 
-.PHONY: setup book test lab lint execute clean
+.PHONY: setup book test lab lint execute portability clean
 
 # The pins need Python 3.11 or newer (numpy 2.4.6 has no release for 3.10): say so before making a venv.
 PYTHON_OK := import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
@@ -36,6 +36,14 @@ lab: $(READY)
 # Re-execute lessons in place, each in a fresh kernel: `make execute` (all) or `make execute LESSONS=lessons/05_*.ipynb`.
 execute: $(READY)
 	$(BIN)/python -m attn.course.execute $(LESSONS)
+
+# Every lesson's published outputs, checked by strict nbval with PyTorch's AVX2 kernels and again with its generic
+# ones (a stand-in for CPUs without AVX, such as Apple's), one math thread as in `make test`: no output may depend on
+# the CPU. `make portability LESSONS=lessons/10_generating.ipynb` checks some lessons only.
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+portability: $(READY)
+	$(ONE_THREAD) ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest -p no:cacheprovider $(or $(LESSONS),lessons)
+	$(ONE_THREAD) ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -p no:cacheprovider $(or $(LESSONS),lessons)
 
 lint: $(READY)
 	$(BIN)/ruff check attn tests lessons

@@ -28,6 +28,7 @@ from attn.measure import bench  # noqa: E402
 from attn.measure import peaks as gpu_peaks  # noqa: E402
 from attn.measure.gpu import cases, core, cuda_tests, report, suite  # noqa: E402
 from attn.measure.gpu import decode as gpu_decode  # noqa: E402
+from attn.measure.gpu import layer as gpu_layer  # noqa: E402
 from attn.measure.gpu import plots as gpu_plots  # noqa: E402
 from attn.measure.gpu import sizes as suite_sizes  # noqa: E402
 from attn.triton_kernels import triton_status  # noqa: E402
@@ -97,6 +98,9 @@ def test_the_dry_run_runs_every_part(dry_run):
             assert row["status"] == "absent" and row["reason"] == triton_status(), row
     assert result["ceilings"]["matmul"]["tflops"] > 0 and result["ceilings"]["copy"]["tb_per_s"] > 0
     assert all(row["ratio"] > 0 and row["relative_error"] < 1e-4 for row in result["layer"])
+    assert all(row["ops"]["ours"] == row["ops"]["reference"] for row in result["layer"]), "like with like"
+    assert "back-to-back calls" in result["timing"]["method"] and "sdpa_kernel" not in result["timing"]["method"]
+    assert all(row["cache"] == "attn.kvcache.PreallocatedKVCache" for row in result["decode"])
     assert all(row["layer_step"]["tb_per_s"] > 0 and row["attention_only"]["tb_per_s"] > 0 for row in result["decode"])
     assert [entry["within_sweep"] for entry in result["explicit_out_of_memory"]] == [False] * 4
 
@@ -148,7 +152,8 @@ def test_the_sweep_records_the_explicit_out_of_memory_length_and_skips_longer_on
             raise cases.OUT_OF_MEMORY("CUDA out of memory")
         return multihead.explicit_attention(query, key, value, is_causal=causal)[0]
 
-    monkeypatch.setattr(core, "implementations", lambda device: {"explicit": (explicit_that_dies_at_32, None)})
+    dies = core.Implementation(first=explicit_that_dies_at_32, timed=explicit_that_dies_at_32)
+    monkeypatch.setattr(core, "implementations", lambda device: {"explicit": dies})
     rows = core.core_sweep(torch.device("cpu"), sizes, 1.0, {"matched": None}, log=lambda line: None)
     statuses = [(row["length"], row["status"]) for row in rows if not row["causal"]]
     assert statuses == [(16, "ok"), (32, "out of memory"), (64, "skipped")]
@@ -196,8 +201,8 @@ def test_a_slow_case_is_timed_fewer_times_but_at_least_three():
     assert cases.affordable_repeats(lambda _: time.sleep(0.05), cpu, lambda: None, 10, budget_s=0.2) in (3, 4)
     assert cases.affordable_repeats(lambda _: time.sleep(0.05), cpu, lambda: None, 10, budget_s=0.01) == 3
     assert cases.affordable_repeats(lambda _: None, cpu, lambda: None, 10, budget_s=1.0) == 10
-    seconds, repeats = cases.median_seconds(lambda _: time.sleep(0.02), cpu, 0, 10, budget_s=0.05)
-    assert repeats == 3 and seconds >= 0.02
+    seconds, repeats, calls = cases.median_seconds(lambda _: time.sleep(0.02), cpu, 0, 10, budget_s=0.05)
+    assert repeats == 3 and calls == 1 and seconds >= 0.02
 
 
 def test_causal_work_is_counted_as_half():
@@ -321,6 +326,7 @@ def synthetic_gpu_result():
                        "date_utc": "2026-01-01T00:00:00+00:00", "command": "invented for the test", "torch": "0.0",
                        "cuda": "0.0", "cudnn": 0, "triton": "0.0", "numpy": "0.0", "driver": "0.0"},
         "peaks": peaks, "flop_counting": core.FLOP_COUNTING, "decode_counting": gpu_decode.DECODE_COUNTING,
+        "layer_paths": gpu_layer.PATHS,
         "timing": {}, "sizes": asdict(sizes), "section_errors": {}, "section_seconds": {},
         "cuda_tests": {"status": "ran", "passed": 60, "failed": 0, "skipped": 0, "errors": 0, "summary": "60 passed in 9.00s",
                        "failures": []},

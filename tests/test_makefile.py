@@ -56,3 +56,15 @@ def test_make_lab_says_where_it_opens_and_how_to_stop_it(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "http://127.0.0.1:8888/lab" in result.stdout and "Ctrl+C twice" in result.stdout, result.stdout
     assert "jupyter lab --ip=127.0.0.1 --port=8888 lessons" in result.stdout, result.stdout
+
+
+def test_make_portability_runs_strict_nbval_with_the_avx2_and_the_generic_kernels():
+    """Printed, not run (make -n): the lessons are checked twice, once per kernel set, with one math thread."""
+    completed = subprocess.run(["make", "-n", "portability", "LESSONS=lessons/01_lookup_table.ipynb"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    commands = [line for line in completed.stdout.splitlines() if "pytest" in line]
+    assert len(commands) == 2
+    for command, kernels in zip(commands, ("avx2", "default"), strict=True):
+        assert f"ATEN_CPU_CAPABILITY={kernels} " in command and "OMP_NUM_THREADS=1" in command
+        assert command.endswith("-m pytest -p no:cacheprovider lessons/01_lookup_table.ipynb")

@@ -20,3 +20,22 @@ def test_a_process_started_from_a_test_inherits_it():
     command = [sys.executable, "-c", f"import os; print(*(os.environ[name] for name in {variables!r}))"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.split() == [THREADS] * 3
+
+
+def test_a_notebook_kernel_started_as_nbval_starts_it_uses_one_math_thread():
+    """nbval (with --nbval-current-env) starts each notebook's kernel with this function; the kernel asks torch itself."""
+    from nbval.kernel import CURRENT_ENV_KERNEL_NAME, start_new_kernel
+
+    manager, client = start_new_kernel(startup_timeout=60, kernel_name=CURRENT_ENV_KERNEL_NAME, stderr=subprocess.DEVNULL)
+    printed = []
+
+    def keep_printed(message):
+        if message["msg_type"] == "stream":
+            printed.append(message["content"]["text"])
+
+    try:
+        client.execute_interactive("import torch; print(torch.get_num_threads())", timeout=60, output_hook=keep_printed)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert "".join(printed).split() == [THREADS]

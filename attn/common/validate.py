@@ -37,15 +37,31 @@ def require_floating(name, tensor):
 def require_finite(name, tensor, consequence="attention would spread it to every output that sees it"):
     """ValueError if ``tensor`` holds NaN or inf (one reduction over the tensor, and a wait for its result).
 
-    A tensor on the meta device (shapes without numbers) is refused with a sentence, since nothing can be computed.
+    The reduction is the tensor's smallest and largest entry (torch.aminmax, which passes NaN on), so the
+    check allocates two numbers, not a boolean mask as large as the tensor: the memory a lesson measures
+    is the algorithm's, not the check's. A tensor on the meta device (shapes without numbers) is refused
+    with a sentence, since nothing can be computed.
     """
     if tensor.device.type == "meta":
         raise ValueError(
             f"{name} is on the meta device, which keeps shapes but no numbers, so nothing can be computed from it; "
             "create the layer and the inputs on a real device such as 'cpu' (a meta layer: layer.to_empty(device='cpu'))"
         )
-    if not torch.isfinite(tensor).all():
+    if not has_only_finite(tensor):
         raise ValueError(f"{name} contains NaN or inf; {consequence}")
+
+
+def has_only_finite(tensor):
+    """True if ``tensor`` holds no NaN and no inf, found without a temporary as large as the tensor.
+
+    NaN anywhere makes the smallest and largest entries NaN; an infinity is one of them itself.
+    """
+    if tensor.numel() == 0 or not (tensor.is_floating_point() or tensor.is_complex()):
+        return True
+    if tensor.is_complex():
+        return has_only_finite(torch.view_as_real(tensor))
+    smallest, largest = torch.aminmax(tensor)
+    return bool(torch.isfinite(smallest) & torch.isfinite(largest))
 
 
 

@@ -14,7 +14,9 @@ numbers came from.
 
 import argparse
 import datetime
+import gc
 import json
+import math
 import os
 import platform
 import statistics
@@ -31,6 +33,12 @@ from attn.measure.peaks import data_sheet_peaks
 from attn.measure.timing import SPREAD_LIMIT, machine_load, relative_spread, seconds_of_each_run
 from attn.multihead import MultiHeadAttention, explicit_attention, fused_attention
 
+LAYER_PATHS = (
+    "layer (ours): attn.MultiHeadAttention as a learner calls it, its value checks included (one reduction over the "
+    "input and a wait for it, per call); layer (nn.MultiheadAttention): in inference mode, its fast path "
+    "(torch._native_multi_head_attention). The GPU suite compares the two like with like (attn/measure/gpu/layer.py)"
+)
+
 
 def peak_bf16_tflops(device_name):
     """The dense bf16 peak for a GPU name from the course's one table (attn/measure/peaks.py), or None."""
@@ -38,13 +46,29 @@ def peak_bf16_tflops(device_name):
     return matched["bf16_dense_tflops"] if matched else None
 
 
+# On a GPU each timed run is back-to-back calls lasting about this long (at most MAX_CALLS), so that the
+# host's launch and its wait for the result, which a single call between two synchronisations would
+# count, vanish against the kernels' own time.
+RUN_SECONDS = 2e-3
+MAX_CALLS = 200
+
+
+def calls_per_run(function, device):
+    """1 on a CPU (its work is done when the call returns); elsewhere, enough calls to last RUN_SECONDS."""
+    if device.type == "cpu":
+        return 1
+    one_call = seconds_of_each_run(function, device, warmup=1, repeats=1)[0]
+    return max(1, min(MAX_CALLS, math.ceil(RUN_SECONDS / max(one_call, 1e-9))))
+
+
 def _measure(function, device, repeats):
-    """Time (median and spread) and peak memory of one case, or the reason it could not run."""
+    """Time per call (median and spread) and peak memory of one case, or the reason it could not run."""
+    gc.collect()  # the leftovers of earlier cases go before the peak is reset
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     try:
-        times = seconds_of_each_run(function, device, repeats=repeats)
+        times = seconds_of_each_run(function, device, repeats=repeats, calls=calls_per_run(function, device))
     except torch.OutOfMemoryError:
         return {"status": "out of memory"}
     except RuntimeError as error:  # on the CPU, running out of memory is a RuntimeError from the allocator
@@ -109,6 +133,8 @@ def run_benchmark(device=None, dtype=torch.bfloat16, batch=4, heads=16, head_dim
         "load_average": load_at_start,
         "date": datetime.date.today().isoformat(),
         "flops_formula": "4 * B * H * T^2 * d (attention core only)",
+        "timing": "median time per call; on a GPU each run is back-to-back calls (about 2 ms) between two synchronisations",
+        "layer_paths": LAYER_PATHS,
         "rows": rows,
     }
 

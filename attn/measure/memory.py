@@ -59,8 +59,10 @@ def _storage_key(tensor):
 def peak_bytes(function, *arguments):
     """The most bytes of tensors that ``function(*arguments)`` held at once.
 
-    Counts every tensor its PyTorch operations create, while it lives (the
-    inputs are not counted); the result is dropped before returning.
+    Counts every tensor that any of its PyTorch operations creates, input
+    checks included, while it lives (the inputs are not counted); the result
+    is dropped before returning. To measure an algorithm alone, check its
+    inputs before and pass the function that does only the arithmetic.
     """
     _check_callable(function)
     with _StorageCounter() as counter:

@@ -141,7 +141,7 @@ def plot_layer_ratios(result):
     axis.invert_yaxis()
     axis.set_xlim(0, max([1.0, *ratios]) * 1.25)
     shape = result["sizes"]["layer"]
-    axis.set(xlabel="ours / nn.MultiheadAttention (median time)",
+    axis.set(xlabel="ours / nn.MultiheadAttention, both through sdpa (median time)",
              title=f"Whole layer, $B$ = {shape['batch']}, $T$ = {shape['length']}, $E$ = {shape['embed_dim']}, "
                    f"$H$ = {shape['heads']}")
     legend_below(figure)
@@ -167,8 +167,8 @@ def plot_decode_bandwidth(result):
     copy = ceiling(result, "copy", "tb_per_s")
     if copy:
         axis.axhline(copy, color=GUIDE, linestyle=":", label=f"measured copy, {copy:.2f} TB/s")
-    axis.set(xlabel="cached positions", ylabel="TB/s (cache bytes read / time)", ylim=(0, None),
-             title="Decoding: bandwidth reading the KV cache")
+    axis.set(xlabel="cached positions", ylabel="TB/s (bytes a step moves / time)", ylim=(0, None),
+             title="Decoding: bandwidth of one step with the KV cache")
     length_ticks(axis, result["sizes"]["decode"]["cache_lengths"])
     legend_below(figure)
     figure.suptitle(run_label(result))

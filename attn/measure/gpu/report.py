@@ -17,7 +17,7 @@ IMPLEMENTATIONS = ("explicit", *(f"sdpa {name}" for name in SDPA_BACKENDS), "tri
 
 TOP_LEVEL = {
     "schema": str, "dry_run": bool, "complete": bool, "provenance": dict, "peaks": dict, "flop_counting": str,
-    "decode_counting": str, "timing": dict, "sizes": dict, "section_errors": dict, "section_seconds": dict,
+    "decode_counting": str, "layer_paths": str, "timing": dict, "sizes": dict, "section_errors": dict, "section_seconds": dict,
     "cuda_tests": dict, "ceilings": dict, "core": list, "explicit_out_of_memory": list, "layer": list, "decode": list,
     "seconds": float,
 }
@@ -137,6 +137,9 @@ def core_lines(result):
         cells = [core_cell([row for row in result["core"] if row["impl"] == impl and row["head_dim"] == d
                             and row["causal"] == causal]) for d, causal in columns]
         lines.append(f"  {impl:15s}" + "".join(f"{cell:>13s}" for cell in cells))
+    upcast = sorted({row["impl"] for row in result["core"] if row.get("compute_dtype", row["dtype"]) != row["dtype"]})
+    if upcast:
+        lines.append(f"  ({', '.join(upcast)}: computed in float32, its share is of the float32 peak)")
     return lines
 
 
@@ -154,12 +157,16 @@ def out_of_memory_lines(result):
 
 
 def layer_lines(result):
-    lines = ["layer, ours / nn.MultiheadAttention (median times):"]
+    lines = ["layer, ours / nn.MultiheadAttention (median times, both via sdpa):"]
     for causal in (False, True):
         ratios = [f"{row['mode']} {row['ratio']:.2f}" if row["ratio"] is not None
                   else f"{row['mode']} {row['ours']['status']}/{row['reference']['status']}"
                   for row in result["layer"] if row["causal"] == causal]
         lines.append(f"  {'causal' if causal else 'non-causal':10s}  " + " | ".join(ratios))
+    fast = [f"{'causal' if row['causal'] else 'non-causal'} {row['ratio_to_fast_path']:.2f}" for row in result["layer"]
+            if row.get("ratio_to_fast_path") is not None]
+    if fast:
+        lines.append("  forward against its inference fast path: " + " | ".join(fast))
     return lines
 
 

@@ -29,12 +29,21 @@ from attn.measure.gpu.ceilings import copy_ceiling, matmul_ceiling
 from attn.measure.gpu.core import FLOP_COUNTING, core_sweep, explicit_out_of_memory
 from attn.measure.gpu.cuda_tests import REPO, run_cuda_tests
 from attn.measure.gpu.decode import DECODE_COUNTING, decode_sweep
+from attn.measure.gpu.layer import PATHS as LAYER_PATHS
 from attn.measure.gpu.layer import layer_comparison
 from attn.measure.gpu.provenance import peak_table, provenance
 from attn.measure.gpu.report import SCHEMA, summary_lines
 from attn.measure.gpu.sizes import DRY, GPU
 
 RESULTS = REPO / "lessons" / "results"
+
+TIMING_METHOD = (
+    "each timing: {clock} around back-to-back calls (as many as last about 2 ms, at most 200; one call where a "
+    "case prepares fresh state untimed before each call, as decoding's cache), divided by their number; the device "
+    "idle before it; contexts (the sdpa backend, inference mode) entered once outside the timings; inputs checked "
+    "once, by the first, untimed call; before each case the earlier cases' leftovers are freed, the bytes still "
+    "allocated recorded (baseline_mib) and the peak statistics reset"
+)
 
 
 def finite(value):
@@ -60,12 +69,14 @@ def run_suite(device, sizes, command, out, dry_run, log=print):
     result = {
         "schema": SCHEMA, "dry_run": dry_run, "complete": False,
         "provenance": provenance(device, command), "peaks": peaks, "flop_counting": FLOP_COUNTING,
-        "timing": {"method": "CUDA events" if device.type == "cuda" else "time.perf_counter", "statistic": "median",
-                   "warmup": sizes.warmup, "repeats": sizes.repeats,
+        "timing": {"method": TIMING_METHOD.format(clock="one pair of CUDA events" if device.type == "cuda"
+                                                  else "two time.perf_counter readings"),
+                   "statistic": "median of the per-call times", "warmup": sizes.warmup, "repeats": sizes.repeats,
                    "fewer_repeats": f"at least 3 for a case whose {sizes.repeats} calls would take over "
                                     f"{sizes.case_budget_s} s; each timed row records its own repeats"},
         "sizes": asdict(sizes),
         "decode_counting": DECODE_COUNTING,
+        "layer_paths": LAYER_PATHS,
     }
     log(f"GPU suite on {result['provenance']['device_name']} ({'dry run' if dry_run else 'measuring'})")
 

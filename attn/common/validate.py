@@ -6,6 +6,7 @@ inside PyTorch and never changes a cache.
 
 import math
 import numbers
+import os
 
 import torch
 
@@ -17,8 +18,13 @@ def type_name(value):
 
 
 def require_tensor(name, value):
-    """TypeError unless ``value`` is a torch.Tensor, with the conversion to use where there is one."""
+    """TypeError unless ``value`` is a dense torch.Tensor, with the conversion to use where there is one.
+
+    Sparse and other non-strided layouts are refused here, for every function at once: the course's
+    layers index, reshape and reduce their inputs, which those layouts do not support.
+    """
     if isinstance(value, torch.Tensor):
+        require_dense(name, value)
         return
     message = f"{name} must be a torch.Tensor, got {type_name(value)}"
     if type(value).__module__ == "numpy":
@@ -26,6 +32,30 @@ def require_tensor(name, value):
     elif isinstance(value, list | tuple):
         message += f"; convert it with torch.tensor({name})"
     raise TypeError(message)
+
+
+def require_dense(name, tensor):
+    """TypeError if ``tensor`` is sparse (or any layout but the ordinary strided one)."""
+    if tensor.layout != torch.strided:
+        raise TypeError(
+            f"{name} has layout {tensor.layout}; this function needs an ordinary dense tensor (torch.strided): "
+            f"convert it with {name}.to_dense()"
+        )
+
+
+def require_numbers(name, tensor):
+    """ValueError if ``tensor`` is on the meta device: it has a shape but no numbers to compute with."""
+    if tensor.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device, which keeps shapes but no numbers, so nothing can be computed from it; "
+            "create the layer and the inputs on a real device such as 'cpu' (a meta layer: layer.to_empty(device='cpu'))"
+        )
+
+
+def require_computable(name, tensor):
+    """``tensor`` must be a dense torch.Tensor on a real device (not meta): the checks every layer needs first."""
+    require_tensor(name, tensor)
+    require_numbers(name, tensor)
 
 
 def require_floating(name, tensor):
@@ -39,11 +69,7 @@ def require_finite(name, tensor, consequence="attention would spread it to every
 
     A tensor on the meta device (shapes without numbers) is refused with a sentence, since nothing can be computed.
     """
-    if tensor.device.type == "meta":
-        raise ValueError(
-            f"{name} is on the meta device, which keeps shapes but no numbers, so nothing can be computed from it; "
-            "create the layer and the inputs on a real device such as 'cpu' (a meta layer: layer.to_empty(device='cpu'))"
-        )
+    require_numbers(name, tensor)
     if not torch.isfinite(tensor).all():
         raise ValueError(f"{name} contains NaN or inf; {consequence}")
 
@@ -64,10 +90,26 @@ def require_like(name, tensor, reference):
         )
 
 
+def is_whole_number(value):
+    """True for a Python or NumPy integer (np.int64 included), False for a bool, a float (even 4.0) or text."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)  # numpy.bool_ is not Integral
+
+
+def whole_number(name, value, minimum=None, maximum=None):
+    """``value`` as a Python int if it is a whole number (Python's or NumPy's) in [minimum, maximum]."""
+    if not is_whole_number(value):
+        raise TypeError(f"{name} must be a whole number (an int), got {type_name(value)} {value!r:.60}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
+    return int(value)
+
+
 def positive_int(name, value):
-    """``value`` as an int if it is a positive whole number (not a bool, a float or a string)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int, got {type_name(value)} {value!r}")
+    """``value`` as an int if it is a positive whole number (not a bool, a float or a string; NumPy ints are fine)."""
+    if not is_whole_number(value):
+        raise TypeError(f"{name} must be a positive int, got {type_name(value)} {value!r:.60}")
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return int(value)
@@ -75,9 +117,64 @@ def positive_int(name, value):
 
 def whole_count(name, value):
     """``value`` as an int >= 0 (a whole number, not a bool, a float or a string)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == 0:
+    if is_whole_number(value) and value == 0:
         return 0
     return positive_int(name, value)
+
+
+def positive_number(name, value):
+    """``value`` as a float if it is a positive finite real number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {type_name(value)} {value!r:.60}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def require_callable(name, value):
+    """TypeError unless ``value`` can be called (a function, a lambda, a layer)."""
+    if not callable(value):
+        raise TypeError(f"{name} must be a function to call, got {type_name(value)} {value!r:.60}; pass the function itself")
+
+
+# Sizes nobody can allocate -----------------------------------------------------------------
+
+
+def memory_of(device=None):
+    """Bytes of memory ``device`` has (RAM for the CPU, the card's for CUDA), or None where it is not known."""
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):  # not every system reports it (Windows)
+            return None
+    return None
+
+
+def readable_bytes(count):
+    """12.0 GB, 4.4 TB: a number of bytes as a person reads it (powers of 1000)."""
+    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB"):
+        if count < 1000 or unit == "PB":
+            return f"{count:,.0f} {unit}" if unit == "bytes" else f"{count:,.1f} {unit}"
+        count /= 1000
+    return None
+
+
+def check_allocation(what, nbytes, device=None):
+    """ValueError, before anything is allocated, if ``what`` would need more bytes than ``device`` has.
+
+    ``nbytes`` is the size asked for; the device's whole memory is the limit (a size above it cannot
+    be allocated, whatever else is running). Devices whose memory is not known (meta, MPS) pass.
+    """
+    limit = memory_of(device)
+    if limit is not None and nbytes > limit:
+        where = "this machine's memory" if device is None or torch.device(device).type == "cpu" else f"the memory of {device}"
+        raise ValueError(
+            f"{what} would need {readable_bytes(nbytes)}, more than the {readable_bytes(limit)} of {where}; "
+            "use smaller sizes"
+        )
 
 
 def seed_value(value):
@@ -111,7 +208,15 @@ def check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads):
             f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}: "
             "each key/value head serves a whole group of query heads"
         )
+    head_dim = embed_dim // num_heads
+    weights = 2 * embed_dim * (embed_dim + num_kv_heads * head_dim + 2)  # four projections and their biases
+    check_parameters(f"MultiHeadAttention(embed_dim={embed_dim})", weights)
     return embed_dim, num_heads, probability("dropout", dropout), num_kv_heads
+
+
+def check_parameters(what, count):
+    """ValueError, before anything is built, if ``count`` parameters in the default dtype cannot fit in memory."""
+    check_allocation(f"{what}, with {count:,} parameters,", count * torch.get_default_dtype().itemsize)
 
 
 def check_sequence(name, tensor, embed_dim, weight):
@@ -172,7 +277,8 @@ def check_inputs(layer, query, key, value, is_causal, cache):
 def check_attention_shapes(query, key, value):
     """Shapes for explicit_attention and fused_attention: query (B, H, T_q, d), key and value (B, H_kv, T_k, d)."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_tensor(name, tensor)
+        require_computable(name, tensor)
+        require_floating(name, tensor)
         if tensor.dim() != 4:
             raise ValueError(f"{name} must have shape (B, H, T, d), got {tuple(tensor.shape)}")
     batch, num_heads, _, head_dim = query.shape
@@ -183,6 +289,23 @@ def check_attention_shapes(query, key, value):
         )
     if key.shape[1] == 0 or num_heads % key.shape[1]:
         raise ValueError(f"key/value heads ({key.shape[1]}) must divide query heads ({num_heads})")
+    if head_dim == 0:
+        raise ValueError(f"query and key need at least one feature (d >= 1) to score with, got shape {tuple(query.shape)}")
+    for name, tensor in (("key", key), ("value", value)):
+        if tensor.dtype != query.dtype or tensor.device != query.device:
+            raise TypeError(f"{name} is {tensor.dtype} on {tensor.device} but query is {query.dtype} on {query.device}; "
+                            f"convert it with {name}.to(query)")
+
+
+def check_attention_inputs(query, key, value, dropout_p, is_causal):
+    """All of explicit_attention's and fused_attention's arguments but the mask: shapes, a bool is_causal,
+    a dropout probability, and finite query, key and value (one reduction each)."""
+    check_attention_shapes(query, key, value)
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)} {is_causal!r:.60}")
+    probability("dropout_p", dropout_p)
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_finite(name, tensor)
 
 
 MAX_MLP_BYTES = 2**36  # 64 GiB: a TransformerBlock whose MLP weights would need more is surely a typo
@@ -245,7 +368,8 @@ def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
     """The arguments of lesson 12's tiled attention; returns (block_q, block_k) as ints.
 
     query (B, H, T_q, d), key and value (B, H, T_k, d): one dtype and device, floating point, finite;
-    T_q, T_k and d at least 1. Blocks are positive ints (a block larger than T is allowed: one tile).
+    T_q, T_k and d at least 1, and no score Q K^T / sqrt(d) large enough to overflow the float32 (or float64)
+    the tiles are computed in. Blocks are positive ints (a block larger than T is allowed: one tile).
     """
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_tensor(name, tensor)
@@ -271,7 +395,31 @@ def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
         raise ValueError("query, key and value are on the meta device, which holds shapes but no numbers to attend over")
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_finite(name, tensor)
+    check_scores_fit(query, key, torch.promote_types(query.dtype, torch.float32))
     return positive_int("block_q", block_q), positive_int("block_k", block_k)
+
+
+def largest_magnitude(tensor):
+    """max |tensor| as a Python float, by one reduction that makes no copy of ``tensor``."""
+    smallest, largest = torch.aminmax(tensor)
+    return max(-smallest.item(), largest.item())
+
+
+def check_scores_fit(query, key, compute_dtype):
+    """ValueError if finite query and key (..., T, d) could give a score Q K^T / sqrt(d) beyond ``compute_dtype``.
+
+    A bound, not the scores themselves (which a tiled kernel never holds at once): each score is at most
+    sqrt(d) max|q| max|k| in size, since a dot product of d terms is at most d max|q| max|k|.
+    """
+    head_dim = query.shape[-1]
+    bound = math.sqrt(head_dim) * largest_magnitude(query) * largest_magnitude(key)
+    limit = torch.finfo(compute_dtype).max
+    if not bound <= limit:  # also catches a bound that is itself inf
+        raise ValueError(
+            f"the scores Q K^T / sqrt(d) could overflow {compute_dtype}, which the tiles are computed in: the largest "
+            f"|query| is {largest_magnitude(query):.3g} and |key| {largest_magnitude(key):.3g}, so a score can reach "
+            f"{bound:.3g}, beyond {limit:.3g}; scale the query and key down (or use float64)"
+        )
 
 
 def check_rotary_angles(angles, base):

@@ -5,6 +5,7 @@
 import torch
 from torch import nn
 
+from attn.common.validate import check_parameters
 from attn.models.induction.checks import _check_tokens, check_int, check_seed
 from attn.models.induction.data import EMBED_DIM, MAX_LENGTH, NUM_HEADS, VOCAB_SIZE
 from attn.multihead import MultiHeadAttention
@@ -42,6 +43,9 @@ class AttentionOnlyTransformer(nn.Module):
         seed = check_seed(seed)
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be a multiple of num_heads={num_heads}")
+        size = (2 * self.vocab_size + self.max_length) * self.embed_dim + self.num_layers * 4 * self.embed_dim**2
+        check_parameters(f"AttentionOnlyTransformer(vocab_size={vocab_size}, embed_dim={embed_dim}, "
+                         f"num_layers={num_layers})", size)
         with torch.random.fork_rng(devices=[]):  # seeded initial weights, global generator untouched
             torch.manual_seed(seed)
             self.token_embedding = nn.Embedding(vocab_size, embed_dim)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from attn.common.validate import check_flash_inputs, positive_int, require_tensor, type_name
+from attn.common.validate import check_flash_inputs, check_flash_tensors, positive_int, require_tensor, type_name
 from attn.masks import as_padding_keep_mask
 from attn.softmax import checked_scores
 
@@ -139,7 +139,7 @@ def tiled_attention(query, key, value, is_causal=False, key_padding_mask=None, b
     block_q x block_k tile of scores exists at a time.
     """
     tiling = _tiling(query, key, value, is_causal, key_padding_mask, block_q, block_k)
-    return _forward_tiles(query, key, value, tiling)
+    return forward_tiles(query, key, value, tiling)
 
 
 # Python runs one loop step per tile: about 10 microseconds each at the least, so more than this
@@ -172,7 +172,7 @@ def check_tiles(query, key, value, tiling):
     """The arguments of ``forward_tiles``: a Tiling made for these tensors (its t_q and t_k their lengths)."""
     if not isinstance(tiling, Tiling):
         raise TypeError(f"tiling must be an attn.flash.Tiling, got {type_name(tiling)}")
-    check_flash_inputs(query, key, value, tiling.is_causal, tiling.block_q, tiling.block_k)
+    check_flash_tensors(query, key, value)
     if (tiling.t_q, tiling.t_k) != (query.shape[2], key.shape[2]):
         raise ValueError(
             f"the tiling is for T_q={tiling.t_q}, T_k={tiling.t_k} but query and key have T_q={query.shape[2]}, "
@@ -185,16 +185,11 @@ def check_tiles(query, key, value, tiling):
 
 
 def forward_tiles(query, key, value, tiling):
-    """The loops of ``tiled_attention``, for a ``Tiling`` made for these tensors.
+    """The loops of ``tiled_attention``.
 
-    query (B, H, T_q, d); key, value (B, H, T_k, d). Returns output (B, H, T_q, d) and logsumexp (B, H, T_q).
+    Returns output (B, H, T_q, d) and logsumexp (B, H, T_q).
     """
-    check_tiles(query, key, value, tiling)
-    return _forward_tiles(query, key, value, tiling)
-
-
-def _forward_tiles(query, key, value, tiling):
-    """``forward_tiles`` without its checks."""
+    check_tiles(query, key, value, tiling)  # shapes and the tiling only
     dtype = compute_dtype(query.dtype)
     scale = 1 / math.sqrt(query.shape[-1])
     output = torch.empty_like(query)  # (B, H, T_q, d), written tile by tile
@@ -234,26 +229,9 @@ def backward_tiles(saved, grad_output, tiling):
     dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
     dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d) (Dao et al. 2022, algorithm 4).
     """
-    check_backward(saved, grad_output, tiling)
-    return _backward_tiles(saved, grad_output, tiling)
-
-
-def check_backward(saved, grad_output, tiling):
-    """saved = (query, key, value, output, logsumexp) as forward_tiles left them; grad_output like the output."""
-    if not isinstance(saved, tuple | list) or len(saved) != 5:
-        raise TypeError(f"saved must be the five tensors (query, key, value, output, logsumexp), got {type_name(saved)}")
-    query, key, value, output, logsumexp = saved
-    check_tiles(query, key, value, tiling)
-    for name, tensor, shape in (("output", output, query.shape), ("grad_output", grad_output, query.shape),
-                                ("logsumexp", logsumexp, query.shape[:3])):
-        require_tensor(name, tensor)
-        if tensor.shape != shape or not tensor.is_floating_point():
-            raise ValueError(f"{name} must be floating point of shape {tuple(shape)}, got {tensor.dtype} {tuple(tensor.shape)}")
-
-
-def _backward_tiles(saved, grad_output, tiling):
-    """``backward_tiles`` without its checks."""
+    check_backward(saved, grad_output, tiling)  # shapes and the tiling only
     dtype = compute_dtype(saved[0].dtype)
+
     q, k, v, o, grad_o = (t.to(dtype) for t in (*saved[:4], grad_output))
     scale = 1 / math.sqrt(q.shape[-1])
     delta = (grad_o * o).sum(-1, keepdim=True)  # (B, H, T_q, 1)
@@ -274,12 +252,25 @@ def _backward_tiles(saved, grad_output, tiling):
     return tuple(grad.to(saved[0].dtype) for grad in (grad_q, grad_k, grad_v))
 
 
+def check_backward(saved, grad_output, tiling):
+    """saved = (query, key, value, output, logsumexp) as forward_tiles left them; grad_output like the output."""
+    if not isinstance(saved, tuple | list) or len(saved) != 5:
+        raise TypeError(f"saved must be the five tensors (query, key, value, output, logsumexp), got {type_name(saved)}")
+    query, key, value, output, logsumexp = saved
+    check_tiles(query, key, value, tiling)
+    for name, tensor, shape in (("output", output, query.shape), ("grad_output", grad_output, query.shape),
+                                ("logsumexp", logsumexp, query.shape[:3])):
+        require_tensor(name, tensor)
+        if tensor.shape != shape or not tensor.is_floating_point():
+            raise ValueError(f"{name} must be floating point of shape {tuple(shape)}, got {tensor.dtype} {tuple(tensor.shape)}")
+
+
 class _FlashAttention(torch.autograd.Function):
     """Saves query, key, value, the output and the log-sum-exp: O(T d) numbers, never the T x T weights."""
 
     @staticmethod
     def forward(ctx, query, key, value, tiling):
-        output, logsumexp = _forward_tiles(query, key, value, tiling)
+        output, logsumexp = forward_tiles(query, key, value, tiling)
         ctx.save_for_backward(query, key, value, output, logsumexp)
         ctx.tiling = tiling
         return output
@@ -287,7 +278,7 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable  # the backward is not itself differentiable: a second derivative raises instead of lying
     def backward(ctx, grad_output):
-        return (*_backward_tiles(ctx.saved_tensors, grad_output, ctx.tiling), None)
+        return (*backward_tiles(ctx.saved_tensors, grad_output, ctx.tiling), None)
 
 
 def flash_attention(query, key, value, is_causal=False, key_padding_mask=None, block_q=64, block_k=64):

@@ -371,6 +371,20 @@ def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
     T_q, T_k and d at least 1, and no score Q K^T / sqrt(d) large enough to overflow the float32 (or float64)
     the tiles are computed in. Blocks are positive ints (a block larger than T is allowed: one tile).
     """
+    check_flash_tensors(query, key, value)
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)} {is_causal!r}")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_finite(name, tensor)
+    check_scores_fit(query, key, torch.promote_types(query.dtype, torch.float32))
+    return positive_int("block_q", block_q), positive_int("block_k", block_k)
+
+
+def check_flash_tensors(query, key, value):
+    """What tiled attention needs of its tensors without reading their numbers: kinds, dtypes, shapes, a real device.
+
+    query (B, H, T_q, d), key and value (B, H, T_k, d), one floating dtype and one device, no size 0.
+    """
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_tensor(name, tensor)
         require_floating(name, tensor)
@@ -389,14 +403,8 @@ def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
                 f"{name} is {tensor.dtype} on {tensor.device} but query is {query.dtype} on {query.device}; "
                 f"convert it with {name}.to(query)"
             )
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)} {is_causal!r}")
     if query.device.type == "meta":
         raise ValueError("query, key and value are on the meta device, which holds shapes but no numbers to attend over")
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_finite(name, tensor)
-    check_scores_fit(query, key, torch.promote_types(query.dtype, torch.float32))
-    return positive_int("block_q", block_q), positive_int("block_k", block_k)
 
 
 def largest_magnitude(tensor):

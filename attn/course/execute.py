@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from attn.common.destinations import file_problem
+from attn.common.destinations import file_problem, write_text
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 
@@ -98,7 +98,7 @@ def main(argv=None):
         times.append((path, seconds))
         print(f"{seconds:6.1f} s  {path}", flush=True)
     if args.times is not None:
-        args.times.write_text(times_table(times))
+        write_text(args.times, times_table(times))
         print(f"wrote {args.times}")
     return 0
 

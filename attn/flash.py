@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
 
 from attn.common.validate import check_flash_inputs, check_flash_tensors, positive_int, require_tensor, type_name
 from attn.masks import as_padding_keep_mask
@@ -276,8 +275,13 @@ class _FlashAttention(torch.autograd.Function):
         return output
 
     @staticmethod
-    @once_differentiable  # the backward is not itself differentiable: a second derivative raises instead of lying
     def backward(ctx, grad_output):
+        if torch.is_grad_enabled():  # create_graph=True: the backward would be differentiated in turn
+            raise ValueError(
+                "flash_attention's backward is not itself differentiable (it recomputes the weights from the saved "
+                "log-sum-exp, which autograd cannot see through), so create_graph=True would give wrong second "
+                "derivatives; for those use attn.multihead.explicit_attention"
+            )
         return (*backward_tiles(ctx.saved_tensors, grad_output, ctx.tiling), None)
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from attn.block import TransformerBlock
-from attn.common.validate import check_allocation, check_parameters, positive_int, require_tensor, type_name, whole_count
+from attn.common.validate import check_allocation, check_parameters, is_whole_number, positive_int, require_tensor, type_name, whole_count
 from attn.kvcache import KVCache
 from attn.sampling import check_sampling, sample_next
 
@@ -213,8 +213,8 @@ def _positive_number(name, value):
 
 
 def _check_chunks(chunks, length):
-    if not isinstance(chunks, list | tuple) or not all(isinstance(size, int) and not isinstance(size, bool) for size in chunks):
+    if not isinstance(chunks, list | tuple) or not all(is_whole_number(size) for size in chunks):
         raise TypeError(f"chunks must be a list of ints (tokens fed per step), got {type_name(chunks)} {chunks!r}")
     if any(size <= 0 for size in chunks) or sum(chunks) != length:
         raise ValueError(f"chunks must be positive and sum to T = {length}, got {list(chunks)}")
-    return list(chunks)
+    return [int(size) for size in chunks]

@@ -14,9 +14,9 @@ from attn.models.induction.model import _check_model
 
 def previous_occurrence(tokens):
     """tokens (B, T) -> (B, T) long: the most recent earlier position holding the same token, -1 if none."""
-    require_computable("tokens", tokens)
-    if tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex():
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex():
         raise TypeError(f"tokens must be an integer tensor of shape (B, T), got {tokens!r:.60}")
+    require_computable("tokens", tokens)
     batch, length = tokens.shape
     check_allocation(f"previous_occurrence on tokens of shape {tuple(tokens.shape)}, which compares every pair,",
                      10 * batch * length * length, tokens.device)  # (B, T, T) bools and positions

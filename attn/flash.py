@@ -147,8 +147,11 @@ MAX_TILE_STEPS = 2**16
 
 
 def _tiling(query, key, value, is_causal, key_padding_mask, block_q, block_k):
-    """Check the arguments of tiled_attention and flash_attention; return their Tiling."""
-    block_q, block_k = check_flash_inputs(query, key, value, is_causal, block_q, block_k)
+    """Check what tiled_attention and flash_attention need to make their Tiling, and return it.
+
+    The tensors' numbers (finite, no overflowing score) are checked once, by forward_tiles.
+    """
+    check_flash_tensors(query, key, value)
     padding = None
     if key_padding_mask is not None:  # (B, T_k) -> (B, 1, 1, T_k)
         padding = as_padding_keep_mask(key_padding_mask, key.shape[0], key.shape[2], key.device)
@@ -168,10 +171,11 @@ def check_tile_steps(tiling):
 
 
 def check_tiles(query, key, value, tiling):
-    """The arguments of ``forward_tiles``: a Tiling made for these tensors (its t_q and t_k their lengths)."""
+    """The arguments of ``forward_tiles``: those of tiled attention (check_flash_inputs), and a Tiling made for
+    these tensors (its t_q and t_k their lengths, its padding their batch) with a number of tiles Python can loop over."""
     if not isinstance(tiling, Tiling):
         raise TypeError(f"tiling must be an attn.flash.Tiling, got {type_name(tiling)}")
-    check_flash_tensors(query, key, value)
+    check_flash_inputs(query, key, value, tiling.is_causal, tiling.block_q, tiling.block_k)
     if (tiling.t_q, tiling.t_k) != (query.shape[2], key.shape[2]):
         raise ValueError(
             f"the tiling is for T_q={tiling.t_q}, T_k={tiling.t_k} but query and key have T_q={query.shape[2]}, "
@@ -188,7 +192,7 @@ def forward_tiles(query, key, value, tiling):
 
     Returns output (B, H, T_q, d) and logsumexp (B, H, T_q).
     """
-    check_tiles(query, key, value, tiling)  # shapes and the tiling only
+    check_tiles(query, key, value, tiling)
     dtype = compute_dtype(query.dtype)
     scale = 1 / math.sqrt(query.shape[-1])
     output = torch.empty_like(query)  # (B, H, T_q, d), written tile by tile
@@ -228,7 +232,7 @@ def backward_tiles(saved, grad_output, tiling):
     dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
     dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d) (Dao et al. 2022, algorithm 4).
     """
-    check_backward(saved, grad_output, tiling)  # shapes and the tiling only
+    check_backward(saved, grad_output, tiling)
     dtype = compute_dtype(saved[0].dtype)
 
     q, k, v, o, grad_o = (t.to(dtype) for t in (*saved[:4], grad_output))

@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from attn.common.validate import whole_number
+from attn.common.validate import is_whole_number
 
 WORDS_PER_MINUTE = 150
 CODE_CHARACTERS_PER_MINUTE = 500
@@ -157,7 +157,10 @@ def _check_in_class(counts, in_class):
     """``in_class`` as an int from 0 to the number of exercises ``counts`` holds (NumPy integers too)."""
     if not isinstance(counts, Counts):
         raise TypeError(f"counts must be what count(path) returns (a Counts), got {type(counts).__name__}")
-    return whole_number("in_class, the exercises done in class,", in_class, minimum=0, maximum=len(counts.exercises))
+    if not is_whole_number(in_class) or not 0 <= in_class <= len(counts.exercises):
+        raise ValueError(f"in_class must be a whole number from 0 to {len(counts.exercises)}, the notebook's exercises, "
+                         f"got {in_class!r:.40}")
+    return int(in_class)
 
 
 def main(argv=None):

@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from attn.common.plotting import BAR, COLUMN_WIDTH, HIGHLIGHT, weight_bars
-from attn.course import fruit
 from attn.common.validate import positive_number
+from attn.course import fruit
 from attn.softmax import as_float_array, softmax
 
 # The controls' ranges, shared by the widget and the page explorer.

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from attn.common.destinations import file_problem, write_text
-from attn.common.validate import check_allocation, positive_int, type_name
 from attn.common.device import describe_device, pick_device
+from attn.common.validate import check_allocation, positive_int, type_name
 from attn.flops import attention_flops
 from attn.measure.peaks import data_sheet_peaks
 from attn.measure.timing import SPREAD_LIMIT, machine_load, relative_spread, seconds_of_each_run
@@ -310,7 +310,7 @@ def main(argv=None):
     try:  # sizes that cannot fit are refused here, before the first case runs
         check_benchmark_arguments(device, dtype, *sizes, True)
     except (TypeError, ValueError) as error:
-        parser.error(str(error))
+        parser.error(f"arguments --batch, --heads, --head-dims, --lengths: {error}")
     result = run_benchmark(device, dtype, *sizes)
     write_text(args.out, json.dumps(result, indent=1))
     for row in result["rows"]:

@@ -13,7 +13,15 @@ import torch
 from torch import nn
 
 from attn.block import TransformerBlock
-from attn.common.validate import check_allocation, check_parameters, is_whole_number, positive_int, require_tensor, type_name, whole_count
+from attn.common.validate import (
+    check_allocation,
+    check_parameters,
+    is_whole_number,
+    positive_int,
+    require_tensor,
+    type_name,
+    whole_count,
+)
 from attn.kvcache import KVCache
 from attn.sampling import check_sampling, sample_next
 

@@ -41,7 +41,8 @@ def require_suite_result(result, what="this function"):
 def validate(result):
     """Everything wrong with a suite result's shape, as sentences (an empty list: it follows SCHEMA)."""
     if not isinstance(result, dict):
-        raise TypeError(f"validate needs a GPU suite result (the dictionary read from its JSON file), got {type(result).__name__}")
+        raise TypeError(f"validate needs a GPU suite result (the dictionary read from its JSON file), "
+                        f"got {type(result).__name__}")
     problems = [f"{key} is missing or not {kind.__name__}" for key, kind in TOP_LEVEL.items()
                 if not isinstance(result.get(key), kind)]
     problems += [f"the {name} part failed: {reason}" for name, reason in (result.get("section_errors") or {}).items()]

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 import torch
 
 from attn.common.validate import check_allocation, require_computable
-
 from attn.models.induction.checks import _check_block_lengths, check_int, check_seed
 
 # The settings the lesson uses (chosen by the measurements reported with issue 15).

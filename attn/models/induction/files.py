@@ -51,7 +51,8 @@ def train_and_save(out, num_layers_options=(1, 2)):
     """
     out = output_folder(out)
     if isinstance(num_layers_options, str) or not isinstance(num_layers_options, list | tuple) or not num_layers_options:
-        raise TypeError(f"num_layers_options must be a non-empty list of layer counts, such as (1, 2), got {num_layers_options!r:.60}")
+        raise TypeError(f"num_layers_options must be a non-empty list of layer counts, such as (1, 2), "
+                        f"got {num_layers_options!r:.60}")
     num_layers_options = [check_int("every entry of num_layers_options", layers, minimum=1) for layers in num_layers_options]
     out.mkdir(parents=True, exist_ok=True)
     record = {"settings": SETTINGS, "torch": torch.__version__, "models": {}}

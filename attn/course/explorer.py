@@ -47,7 +47,7 @@ def check_fruit_arguments(query, scaled, temperature):
         raise TypeError(f"scaled must be True or False, got {type(scaled).__name__} {scaled!r:.40}")
     temperature = positive_number("temperature", temperature)
     largest = np.abs(fruit.KEYS @ query).max()
-    if largest > temperature * np.finfo(float).max:  # largest / temperature would overflow
+    if largest / np.finfo(float).max > temperature:  # largest / temperature would overflow
         raise ValueError(f"temperature={temperature!r} is so small that the scores divided by it overflow; "
                          "use a temperature of 0.01 or more")
     return query, temperature

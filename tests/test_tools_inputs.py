@@ -388,7 +388,7 @@ def test_fruit_attention_names_its_wrong_argument(arguments, words):
 
 def test_sweep_grid_and_weight_bars_need_something_to_draw():
     assert "temperatures must be a non-empty list" in sentence_of(explorer.sweep_grid, [1.0, 0, 0], temperatures=[])
-    assert "at least one weight" in sentence_of(plotting.weight_bars, [], [], "nothing")
+    assert "one weight per label, and at least one" in sentence_of(plotting.weight_bars, [], [], "nothing")
     assert "finite weights" in sentence_of(plotting.weight_bars, [math.nan], ["a"], "nan")
 
 

@@ -162,7 +162,7 @@ def weight_bars(weights, labels, title, ax=None, highlight=None):
     """Bar chart of one query's weights over its keys; ``highlight`` names a bar to emphasise."""
     weights = np.asarray(weights, dtype=float)
     if weights.ndim != 1 or len(weights) == 0 or len(labels) != len(weights):
-        raise ValueError(f"weight_bars needs at least one weight and one label per weight, "
+        raise ValueError(f"weight_bars needs one weight per label, and at least one, "
                          f"got shape {weights.shape} and {len(labels)} labels")
     if not np.isfinite(weights).all():
         raise ValueError("weight_bars needs finite weights, got NaN or inf")

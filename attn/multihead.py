@@ -8,7 +8,7 @@ from torch.nn import functional
 
 from attn.common import convert
 from attn.common.validate import check_attention_inputs, check_inputs, check_layer_arguments
-from attn.masks import add_causal, build_keep_mask, open_empty_rows
+from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
 
 # scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
 SDPA_SHARES_HEADS = torch.__version__ >= (2, 5)
@@ -37,6 +37,7 @@ def explicit_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_caus
     Returns output (B, H, T_q, d) and weights (B, H, T_q, T_k), after dropout as nn.MultiheadAttention returns them.
     """
     check_attention_inputs(query, key, value, dropout_p, is_causal)
+    check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
     return _explicit_attention(query, key, value, keep_mask, dropout_p, is_causal)
 
 
@@ -71,6 +72,7 @@ def fused_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_causal=
     kernels can run; in every other case the end-aligned causal mask is built and combined with keep_mask.
     """
     check_attention_inputs(query, key, value, dropout_p, is_causal)
+    check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
     return _fused_attention(query, key, value, keep_mask, dropout_p, is_causal)
 
 

@@ -147,6 +147,31 @@ def test_explicit_and_fused_attention_check_d_nan_and_is_causal(function):
     assert "dropout_p must be in [0, 1)" in sentence_of(function, query, key, value, dropout_p=1.5)
 
 
+@pytest.mark.parametrize("function", [explicit_attention, fused_attention])
+@pytest.mark.parametrize(
+    "keep_mask, words",
+    [(torch.ones(8, 8), "keep_mask must be boolean (True = may attend), got torch.float32"),
+     (torch.ones(3, 3, dtype=torch.bool), "keep_mask of shape (3, 3) does not broadcast to (B, H, T_q, T_k) = (1, 2, 8, 8)"),
+     ([[True]], "keep_mask must be a boolean torch.Tensor")],
+)
+def test_explicit_and_fused_attention_check_their_keep_mask(function, keep_mask, words):
+    assert words in sentence_of(function, *qkv(), keep_mask=keep_mask)
+
+
+def test_causal_masks_check_their_lengths_and_size():
+    from attn.masks import causal_keep_mask
+
+    assert "t_q must be 0 or more, got -1" in sentence_of(causal_keep_mask, -1, 2)
+    assert "100.0 TB" in sentence_of(causal_keep_mask, 10**7, 10**7)
+    assert "length must be a whole number of 0 or more, got float 2.5" in sentence_of(model.causal_keep_mask, 2.5)
+    assert causal_keep_mask(np.int64(2), 3).shape == (1, 1, 2, 3)
+
+
+def test_seconds_per_token_and_share_of_peak_name_what_is_not_theirs():
+    assert "model must be an attn.models.decoder.Decoder, got None" in sentence_of(timing.seconds_per_token, None, 4, True)
+    assert "share_of_peak needs, as result, a benchmark result" in sentence_of(bench.share_of_peak, None, {})
+
+
 def test_peak_bytes_counts_what_a_function_holds_not_what_meta_tensors_pretend():
     assert memory.peak_bytes(lambda: torch.empty(2**40, device="meta")) == 0
     assert memory.peak_bytes(lambda x: x @ x.mT, torch.empty(3, 4, device="meta")) == 0
@@ -259,7 +284,7 @@ def test_the_triton_kernel_refuses_blocks_larger_than_a_tile_can_be():
     "options, words",
     [({"device": None}, "device must be the torch.device"), ({"device": "gpu"}, "is not a device name"),
      ({"repeats": 0}, "repeats must be positive, got 0"), ({"repeats": 2.5}, "repeats must be a positive int"),
-     ({"function": None}, "function must be a function to call"), ({"warmup": -1}, "warmup must be positive")],
+     ({"function": None}, "function must be a function to call"), ({"warmup": -1}, "warmup must be 0 or more")],
 )
 def test_median_seconds_checks_its_arguments(options, words):
     arguments = {"function": lambda: None, "device": torch.device("cpu"), "warmup": 0, "repeats": 1} | options

@@ -118,9 +118,11 @@ def positive_int(name, value):
 
 def whole_count(name, value):
     """``value`` as an int >= 0 (a whole number, not a bool, a float or a string)."""
-    if is_whole_number(value) and value == 0:
-        return 0
-    return positive_int(name, value)
+    if not is_whole_number(value):
+        raise TypeError(f"{name} must be a whole number of 0 or more, got {type_name(value)} {value!r:.60}")
+    if value < 0:
+        raise ValueError(f"{name} must be 0 or more, got {value}")
+    return int(value)
 
 
 def positive_number(name, value):

@@ -212,6 +212,10 @@ def _case_key(row):
 
 def share_of_peak(result, row):
     """The fraction of the GPU's dense bf16 peak a core row reached, or None if unknown."""
+    for name, value in (("result", result), ("row", row)):
+        if not isinstance(value, dict):
+            raise TypeError(f"share_of_peak needs, as {name}, a benchmark result and one of its rows (dictionaries), "
+                            f"got {type_name(value)}")
     peak = result.get("peak_bf16_tflops")
     if not peak or "tflops" not in row or result.get("dtype") != "bfloat16":
         return None

@@ -16,7 +16,7 @@ import time
 import torch
 
 from attn.common.validate import positive_int, require_callable, seed_value, type_name, whole_count
-from attn.models.decoder import check_room
+from attn.models.decoder import Decoder, check_room
 
 
 def synchronize(device):
@@ -123,6 +123,8 @@ def seconds_per_token(model, length, use_cache, warmup=2, repeats=7, seed=0):
     prefilled once (not timed) and a step feeds one token; each timed step appends one more position
     to the caches, as generation does, so the model needs length - 1 + warmup + repeats positions.
     """
+    if not isinstance(model, Decoder):
+        raise TypeError(f"model must be an attn.models.decoder.Decoder, got {type_name(model)}")
     length, warmup, repeats = positive_int("length", length), whole_count("warmup", warmup), positive_int("repeats", repeats)
     if not isinstance(use_cache, bool):
         raise TypeError(f"use_cache must be True or False, got {type_name(use_cache)} {use_cache!r}")

@@ -5,7 +5,7 @@
 import torch
 from torch import nn
 
-from attn.common.validate import check_parameters
+from attn.common.validate import check_allocation, check_parameters, whole_count
 from attn.models.induction.checks import _check_tokens, check_int, check_seed
 from attn.models.induction.data import EMBED_DIM, MAX_LENGTH, NUM_HEADS, VOCAB_SIZE
 from attn.multihead import MultiHeadAttention
@@ -13,6 +13,8 @@ from attn.multihead import MultiHeadAttention
 
 def causal_keep_mask(length, device=None):
     """(T, T) boolean keep-mask: position i may attend to positions 0..i."""
+    length = whole_count("length", length)
+    check_allocation(f"a causal mask of {length} x {length} bools", length * length, device)
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()
 
 

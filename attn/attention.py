@@ -5,6 +5,7 @@ import operator
 
 import numpy as np
 
+from attn.common.sizes import check_allocation
 from attn.softmax import as_float_array, softmax_in_place
 
 
@@ -113,6 +114,7 @@ def _whole_number(value, name):
 def causal_mask(length):
     """Boolean (T, T) keep-mask: position i may attend to positions 0..i. ``length`` is an int >= 0."""
     length = _whole_number(length, "length")
+    check_allocation(f"causal_mask({length}), a T x T array of bools,", length * length)
     return np.tril(np.ones((length, length), dtype=bool))
 
 
@@ -139,5 +141,7 @@ def padding_mask(lengths, max_length):
     """
     max_length = _whole_number(max_length, "max_length")
     lengths = _checked_lengths(lengths, max_length)
+    check_allocation(f"padding_mask for {len(lengths)} sequences of max_length={max_length}",
+                     (len(lengths) + 8) * max_length)  # the (B, 1, T) bools and the positions 0..T-1
     positions = np.arange(max_length)  # (T,)
     return (positions[None, :] < lengths[:, None])[:, None, :]  # (B, 1, T)

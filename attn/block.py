@@ -3,7 +3,7 @@
 from torch import nn
 
 from attn.common import convert
-from attn.common.validate import check_block_arguments, check_block_input
+from attn.common.layer_checks import check_block_arguments, check_block_input
 from attn.multihead import MultiHeadAttention
 
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}

@@ -8,6 +8,9 @@ import numbers
 
 import torch
 
+from attn.common.sizes import check_allocation
+from attn.common.validate import require_tensor
+
 
 class KVCache:
     """Keys and values of every position seen so far, for ONE attention layer (use one cache per layer).
@@ -85,8 +88,7 @@ class KVCache:
 
     def _check_new(self, keys, values):
         for name, tensor in (("keys", keys), ("values", values)):
-            if not isinstance(tensor, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+            require_tensor(name, tensor)
             if tensor.dim() != 4:
                 raise ValueError(f"{name} must have shape (B, H_kv, T_new, d), got {tuple(tensor.shape)}")
         if keys.shape != values.shape or keys.dtype != values.dtype or keys.device != values.device:
@@ -164,6 +166,9 @@ class PreallocatedKVCache(KVCache):
         held = self._key_buffer
         if held is not None and held.shape == shape and held.dtype == keys.dtype and held.device == keys.device:
             return
+        buffers = 2 * batch * num_kv_heads * self.capacity * head_dim * keys.element_size()
+        check_allocation(f"a cache of capacity {self.capacity} for keys and values of shape {tuple(keys.shape)}",
+                         buffers, keys.device)
         self._key_buffer = keys.new_empty(shape)
         self._value_buffer = keys.new_empty(shape)
 

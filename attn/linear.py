@@ -22,7 +22,8 @@ chunked form; the three forms themselves check nothing (the tests and the lesson
 
 import torch
 
-from attn.common.validate import check_recurrence_inputs, positive_int
+from attn.common.layer_checks import check_recurrence_inputs
+from attn.common.validate import positive_int
 
 CHUNK_SIZE = 64  # tokens per chunk in the public functions (Qwen3-Next's reference uses 64 too)
 

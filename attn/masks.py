@@ -7,9 +7,10 @@ and the fused paths always receive the same mask.
 
 import torch
 
-from attn.common.validate import type_name
+from attn.common.sizes import check_allocation
+from attn.common.validate import type_name, whole_count
 
-MEANINGS = {"mask": "True = may attend", "key_padding_mask": "True = real token"}
+MEANINGS = {"mask": "True = may attend", "keep_mask": "True = may attend", "key_padding_mask": "True = real token"}
 
 
 def check_bool_mask(name, mask, device):
@@ -63,6 +64,20 @@ def as_keep_mask(mask, target, device):
     return keep_mask
 
 
+def check_keep_mask(keep_mask, target, device):
+    """explicit_attention's and fused_attention's keep_mask: None, or a boolean tensor of rank 0 to 4 on ``device``
+    that broadcasts to ``target`` = (B, H, T_q, T_k)."""
+    if keep_mask is None:
+        return
+    check_bool_mask("keep_mask", keep_mask, device)
+    try:
+        fits = keep_mask.dim() <= 4 and torch.broadcast_shapes(keep_mask.shape, target) == target
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"keep_mask of shape {tuple(keep_mask.shape)} does not broadcast to (B, H, T_q, T_k) = {target}")
+
+
 def as_padding_keep_mask(key_padding_mask, batch, length, device):
     """``key_padding_mask`` (B, T_k), True = real token, as a keep-mask (B, 1, 1, T_k)."""
     check_bool_mask("key_padding_mask", key_padding_mask, device)
@@ -98,6 +113,13 @@ def causal_keep_mask(t_q, t_k, device=None):
     queries after cached keys; PyTorch's end-aligned mask is ``torch.nn.attention.bias.causal_lower_right``,
     equal to this one (tests/test_masks.py checks it).
     """
+    t_q, t_k = whole_count("t_q", t_q), whole_count("t_k", t_k)
+    check_allocation(f"a causal mask of {t_q} x {t_k} bools", t_q * t_k, device)
+    return _causal_keep_mask(t_q, t_k, device)
+
+
+def _causal_keep_mask(t_q, t_k, device):
+    """``causal_keep_mask`` without its checks, for the layers, whose query and key lengths are known good."""
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)[None, None]
 
 
@@ -105,7 +127,7 @@ def add_causal(keep_mask, is_causal, t_q, t_k, device):
     """``keep_mask`` AND the end-aligned causal mask when ``is_causal``; otherwise ``keep_mask`` unchanged."""
     if not is_causal:
         return keep_mask
-    causal = causal_keep_mask(t_q, t_k, device)
+    causal = _causal_keep_mask(t_q, t_k, device)
     return causal if keep_mask is None else keep_mask & causal
 
 

@@ -7,8 +7,8 @@ from torch import nn
 from torch.nn import functional
 
 from attn.common import convert
-from attn.common.validate import check_attention_shapes, check_inputs, check_layer_arguments
-from attn.masks import add_causal, build_keep_mask, open_empty_rows
+from attn.common.layer_checks import check_attention_inputs, check_inputs, check_layer_arguments
+from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
 
 # scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
 SDPA_SHARES_HEADS = torch.__version__ >= (2, 5)
@@ -36,7 +36,13 @@ def explicit_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_caus
     Rows with no allowed key get zero weights and a zero output. dropout_p: dropout on the weights.
     Returns output (B, H, T_q, d) and weights (B, H, T_q, T_k), after dropout as nn.MultiheadAttention returns them.
     """
-    check_attention_shapes(query, key, value)
+    check_attention_inputs(query, key, value, dropout_p, is_causal)
+    check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
+    return _explicit_attention(query, key, value, keep_mask, dropout_p, is_causal)
+
+
+def _explicit_attention(query, key, value, keep_mask, dropout_p, is_causal):
+    """``explicit_attention`` without its checks, for callers that made them (the layer checks its own inputs)."""
     batch, num_heads, t_q, head_dim = query.shape
     num_kv_heads, t_k = key.shape[1], key.shape[2]
     grouped = query.reshape(batch, num_kv_heads, num_heads // num_kv_heads, t_q, head_dim)  # (B, H_kv, H / H_kv, T_q, d)
@@ -65,7 +71,13 @@ def fused_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_causal=
     With ``is_causal``, T_q == T_k and no keep_mask, PyTorch's own causal flag is used, so the fastest
     kernels can run; in every other case the end-aligned causal mask is built and combined with keep_mask.
     """
-    check_attention_shapes(query, key, value)
+    check_attention_inputs(query, key, value, dropout_p, is_causal)
+    check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
+    return _fused_attention(query, key, value, keep_mask, dropout_p, is_causal)
+
+
+def _fused_attention(query, key, value, keep_mask, dropout_p, is_causal):
+    """``fused_attention`` without its checks, for callers that made them (the layer checks its own inputs)."""
     key, value, options = _shared_heads(query, key, value)
     options["dropout_p"] = dropout_p
     t_q, t_k = query.shape[2], key.shape[2]
@@ -141,9 +153,9 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         attention_inputs = (q, k, v, keep_mask, dropout_p, is_causal)
         if need_weights:  # the explicit path, which keeps the weights
-            heads, weights = explicit_attention(*attention_inputs)
+            heads, weights = _explicit_attention(*attention_inputs)
         else:  # scaled_dot_product_attention: fused where a kernel accepts it
-            heads, weights = fused_attention(*attention_inputs), None
+            heads, weights = _fused_attention(*attention_inputs), None
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output
 

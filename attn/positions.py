@@ -9,6 +9,8 @@ import numbers
 
 import numpy as np
 
+from attn.common.sizes import check_allocation
+
 
 def _positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -27,6 +29,7 @@ def sinusoidal_positions(length, dim):
     length, dim = _positive_int("length", length), _positive_int("dim", dim)
     if dim % 2:
         raise ValueError(f"dim must be even (columns come in sin/cos pairs), got {dim}")
+    check_allocation(f"sinusoidal_positions({length}, {dim})", 8 * length * (dim + dim // 2 + 1))  # table, angles
     positions = np.arange(length)[:, None]  # (T, 1)
     wavelengths = 10000.0 ** (np.arange(0, dim, 2) / dim)  # (dim / 2,): 10000^(2i / dim)
     angles = positions / wavelengths  # (T, dim / 2)
@@ -49,7 +52,7 @@ def apply_rotary(x, positions=None, base=10000.0):
     """
     import torch  # here, not at the top: the NumPy lessons import this module without PyTorch
 
-    from attn.common.validate import check_rotary_angles, check_rotary_arguments
+    from attn.common.layer_checks import check_rotary_angles, check_rotary_arguments
 
     check_rotary_arguments(x, positions, base)
     length, dim = x.shape[-2], x.shape[-1]

@@ -81,7 +81,8 @@ def softmax_in_place(scores, axis=-1):
     row_max[np.isneginf(row_max)] = 0.0
     scores -= row_max
     np.exp(scores, out=scores)
-    totals = np.sum(scores, axis=axis, keepdims=True)
+    # Summed in float32 at least: a float16 row of 70,000 equal scores would sum to inf (its largest is 65,504).
+    totals = np.sum(scores, axis=axis, keepdims=True, dtype=np.promote_types(scores.dtype, np.float32))
     totals[totals == 0] = 1.0  # an all-zero row stays zero instead of becoming 0 / 0
     scores /= totals
     return scores

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import torch
 
-from attn.common.validate import check_flash_inputs
+from attn.common.layer_checks import check_flash_inputs
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+MAX_TILE_NUMEL = 2**20  # the most numbers Triton lets one block hold (triton.TRITON_MAX_TENSOR_NUMEL)
 
 # Triton reads TRITON_INTERPRET once, when it is first imported, and some of PyTorch's own modules
 # import it (torch.nn.attention.bias, for one). Without CUDA the kernel can only be interpreted, so
@@ -100,6 +102,13 @@ def _check_kernel_arguments(query, block_q, block_k):
     for name, block in (("block_q", block_q), ("block_k", block_k)):
         if block < 16 or block & (block - 1):
             raise ValueError(f"{name} must be a power of 2 of at least 16 (16, 32, 64, ...), got {block}")
+    block_d = max(16, 1 << (query.shape[-1] - 1).bit_length())
+    largest = max(block_q * block_k, block_q * block_d, block_k * block_d)
+    if largest > MAX_TILE_NUMEL:
+        raise ValueError(
+            f"block_q={block_q}, block_k={block_k} (with d padded to {block_d}) make a tile of {largest:,} numbers; "
+            f"Triton holds at most {MAX_TILE_NUMEL:,} in one tile, so use smaller blocks such as 64"
+        )
 
 
 @functools.cache

@@ -2,6 +2,8 @@
 
 import json
 import os
+import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -270,3 +272,61 @@ def test_relative_spread_names_what_is_wrong_with_its_times(times, words):
 def test_timing_caveats_names_what_is_not_a_result(result, recorded, words):
     with pytest.raises(TypeError, match=words):
         bench.timing_caveats(result, recorded=recorded)
+
+
+# Destinations that cannot take the result, found before anything runs (issue 32)
+
+
+@pytest.fixture
+def no_hang():
+    """A check that opened a named pipe would wait for a reader forever: fail after ten seconds instead."""
+
+    def hung(*arguments):
+        raise AssertionError("the destination check hung")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.usefixtures("nothing_runs", "no_hang")
+def test_pipes_devices_and_links_to_nowhere_are_refused_as_destinations(capsys, monkeypatch, tmp_path):
+    from attn.measure.gpu import suite
+
+    monkeypatch.setattr(suite, "main", lambda *arguments: pytest.fail("the GPU suite started"))
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    assert f"argument --out: {pipe} is a named pipe, not a file" in error_of(capsys, ["--out", str(pipe)])
+    assert "argument --out: /dev/full is a device or other special file, not a file" in error_of(capsys, ["--out", "/dev/full"])
+    assert "/dev/full is a device" in error_of(capsys, ["--suite", "gpu", "--dry-run", "--out", "/dev/full"])
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "missing" / "x.json")
+    message = error_of(capsys, ["--out", str(dangling)])
+    assert f"argument --out: the folder {tmp_path / 'missing'} does not exist" in message
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_lengths_nobody_can_allocate_are_refused_with_their_bytes(capsys, tmp_path):
+    message = error_of(capsys, ["--device", "cpu", "--lengths", str(10**12), "--out", str(tmp_path / "x.json")])
+    assert "argument" in message and "would need" in message and "of this machine's memory" in message
+
+
+def test_a_result_goes_through_a_link_and_a_failed_write_leaves_the_old_file(tmp_path):
+    from attn.common.destinations import write_text, write_through_temporary
+
+    target = tmp_path / "target.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text(link, "new")
+    assert target.read_text() == "new" and link.is_symlink()
+
+    def fails(path):
+        Path(path).write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_through_temporary(target, fails)
+    assert target.read_text() == "new"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link.json", "target.json"]

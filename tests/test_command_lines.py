@@ -111,3 +111,49 @@ def test_reading_time_names_what_is_not_a_notebook(capsys, tmp_path):
     (tmp_path / "odd.ipynb").write_text('{"cells": [1, 2]}')
     with pytest.raises(ValueError, match="is not a notebook saved by Jupyter"):
         reading_time.count(tmp_path / "odd.ipynb")
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_execute_refuses_pipes_devices_and_links_to_nowhere_for_the_times(capsys, tmp_path):
+    import os
+
+    good = tmp_path / "good.ipynb"
+    good.write_text(notebook_text())
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)  # opening it to test it would wait for a reader forever
+    dangling = tmp_path / "times.md"
+    dangling.symlink_to(tmp_path / "missing" / "times.md")
+    cases = {
+        str(pipe): f"--times: {pipe} is a named pipe, not a file",
+        "/dev/full": "--times: /dev/full is a device or other special file, not a file",
+        str(dangling): f"--times: the folder {tmp_path / 'missing'} does not exist; create it first",
+    }
+    for times, message in cases.items():
+        assert message in error_of(capsys, execute.main, [str(good), "--times", times])
+
+
+def test_execute_writes_the_times_through_a_temporary_file(monkeypatch, tmp_path):
+    good = tmp_path / "good.ipynb"
+    good.write_text(notebook_text())
+    monkeypatch.setattr(execute, "execute", lambda path: 1.5)
+    times = tmp_path / "times.md"
+    assert execute.main([str(good), "--times", str(times)]) == 0
+    assert "| Running time (s) |" in times.read_text()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["good.ipynb", "times.md"]
+
+
+def test_induction_runs_checks_its_folder_before_training(capsys, monkeypatch, tmp_path):
+    from attn.models import induction_runs
+
+    monkeypatch.setattr(induction_runs, "run_with_checkpoints", lambda *arguments: pytest.fail("training started"))
+    assert "argument --out: /dev/full is a file" in error_of(capsys, induction_runs.main, ["--out", "/dev/full"])
+    assert "cannot be written here" in error_of(capsys, induction_runs.main, ["--out", "/proc/x"])
+
+
+def test_reading_time_command_names_a_notebook_with_odd_outputs(capsys, tmp_path):
+    from attn.course import reading_time
+
+    cell = {"cell_type": "code", "source": "x", "outputs": None}
+    (tmp_path / "odd.ipynb").write_text(json.dumps({"cells": [cell]}))
+    message = error_of(capsys, reading_time.main, [str(tmp_path)])
+    assert "odd.ipynb is not a notebook saved by Jupyter (cell 0's outputs are not a list of outputs)" in message

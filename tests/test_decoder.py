@@ -262,11 +262,11 @@ def test_bad_constructor_arguments_are_named(kwargs, error, expected):
 @pytest.mark.parametrize(
     "new_tokens, error, expected",
     [
-        (-1, ValueError, "new_tokens must be positive, got -1"),
-        (2.0, TypeError, "new_tokens must be a positive int, got float 2.0"),
-        ("3", TypeError, "new_tokens must be a positive int, got str"),
-        (True, TypeError, "new_tokens must be a positive int, got bool"),
-        (None, TypeError, "new_tokens must be a positive int, got None"),
+        (-1, ValueError, "new_tokens must be 0 or more, got -1"),
+        (2.0, TypeError, "new_tokens must be a whole number of 0 or more, got float 2.0"),
+        ("3", TypeError, "new_tokens must be a whole number of 0 or more, got str"),
+        (True, TypeError, "new_tokens must be a whole number of 0 or more, got bool"),
+        (None, TypeError, "new_tokens must be a whole number of 0 or more, got None"),
         (15, ValueError, "prompt length \\+ new_tokens - 1 = 16 is more than the model's max_length = 15"),
     ],
 )

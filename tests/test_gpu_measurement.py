@@ -14,7 +14,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn import multihead
-from attn.common import validate
+from attn.common import layer_checks, validate
+from attn.common import sizes as allocation_checks
 from attn.kvcache import KVCache, PreallocatedKVCache
 from attn.measure import bench, timing
 from attn.measure import peaks as gpu_peaks
@@ -23,7 +24,7 @@ from attn.measure.gpu import decode as gpu_decode
 from attn.measure.gpu import sizes as suite_sizes
 
 CPU = torch.device("cpu")
-VALIDATE = str(Path(validate.__file__).resolve())
+CHECKS = {str(Path(module.__file__).resolve()) for module in (validate, layer_checks, allocation_checks)}  # every input check
 FORBIDDEN_NAMES = {"check_flash_inputs", "_check_kernel_arguments", "flash_forward", "check_inputs", "require_finite",
                    "sdpa_kernel", "_sdpa_kernel", "__enter__", "__exit__"}
 
@@ -57,7 +58,7 @@ def timed_regions(monkeypatch):
 
 def checks_and_contexts(region):
     """The calls in a timed region that are input checks or context-manager entries and exits."""
-    return sorted({name for path, name in region if path == VALIDATE or name in FORBIDDEN_NAMES})
+    return sorted({name for path, name in region if path in CHECKS or name in FORBIDDEN_NAMES})
 
 
 def test_the_recorder_sees_a_check_and_a_context_inside_a_timing(timed_regions):

@@ -747,10 +747,15 @@ def test_the_runs_command_refuses_an_output_that_is_a_file(tmp_path, capsys):
 # Path ablation: one head taken out of some inputs of one later layer
 
 
-def test_nothing_taken_out_is_the_plain_forward_pass():
+def test_a_silent_head_taken_out_is_the_plain_forward_pass():
+    """Removing a head whose output is zero (its value weights zeroed) changes nothing: the path machinery adds no error."""
     model = small_model()
+    head_dim = model.embed_dim // model.num_heads
+    with torch.no_grad():
+        model.layers[0].value_proj.weight[head_dim:] = 0  # head 1 of layer 0 now writes nothing
+        model.layers[0].value_proj.bias[head_dim:] = 0
     tokens = make_repeat_data(5, length=16, block_lengths=5, vocab_size=20, seed=2).tokens
-    logits, weights = forward_without_path(model, tokens, (0, 1), 1, ())
+    logits, weights = forward_without_path(model, tokens, (0, 1), 1, ("query", "key", "value"))
     with torch.no_grad():
         expected_logits, expected_weights = model(tokens, need_weights=True)
     torch.testing.assert_close(logits, expected_logits)
@@ -814,9 +819,10 @@ def test_the_shipped_model_composes_through_the_keys():
         ((0, "0"), 1, ("key",), TypeError, "source head must be an integer"),
         ((0, 0), 0, ("key",), ValueError, "target_layer must be at least 1"),
         ((0, 0), 2, ("key",), ValueError, "target_layer must be at most 1"),
-        ((0, 0), 1, "key", ValueError, "inputs must be a tuple of names"),
-        ((0, 0), 1, ("keys",), ValueError, "inputs must be a tuple of names"),
-        ((0, 0), 1, None, ValueError, "inputs must be a tuple of names"),
+        ((0, 0), 1, "key", ValueError, "inputs must be a non-empty tuple of names"),
+        ((0, 0), 1, ("keys",), ValueError, "inputs must be a non-empty tuple of names"),
+        ((0, 0), 1, None, ValueError, "inputs must be a non-empty tuple of names"),
+        ((0, 0), 1, (), ValueError, "inputs must be a non-empty tuple of names"),
     ],
 )
 def test_forward_without_path_refuses_bad_arguments(source, target_layer, inputs, error, message):

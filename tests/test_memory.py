@@ -8,7 +8,8 @@ recomputing backward keeps a training step's memory linear.
 import pytest
 import torch
 
-from attn.common.validate import check_flash_inputs, has_only_finite, require_finite
+from attn.common.layer_checks import check_flash_inputs
+from attn.common.validate import has_only_finite, require_finite
 from attn.flash import flash_attention, tiled_attention
 from attn.measure.memory import peak_bytes
 from attn.multihead import explicit_attention

@@ -102,7 +102,7 @@ def test_sequence_accuracy_of_nothing_is_refused_not_nan(shape):
     [
         (dict(repeats=0), ValueError, "repeats must be positive, got 0"),
         (dict(repeats=1.5), TypeError, "repeats must be a positive int"),
-        (dict(warmup=-1), ValueError, "warmup must be positive, got -1"),
+        (dict(warmup=-1), ValueError, "warmup must be 0 or more, got -1"),
         (dict(use_cache=None), TypeError, "use_cache must be True or False"),
         (dict(seed=2**64), ValueError, r"seed must lie between -2\*\*63 and 2\*\*64 - 1"),
         (dict(seed="0"), TypeError, "seed must be a whole number"),

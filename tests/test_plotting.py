@@ -180,7 +180,7 @@ def test_explorer_pieces():
     weights, output = fruit_attention([0.8, 0.2, 0.1])
     np.testing.assert_allclose(weights, [0.3722, 0.3473, 0.2805], atol=1e-4)
     assert output.shape == (3,)
-    with pytest.raises(ValueError, match="temperature must be positive, got 0"):
+    with pytest.raises(ValueError, match="temperature must be a positive finite number, got 0"):
         fruit_attention([0.8, 0.2, 0.1], temperature=0)
     figure = sweep_grid([0.8, 0.2, 0.1], temperatures=(0.5, 2.0))
     assert len(figure.axes) == 4

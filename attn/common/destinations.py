@@ -3,10 +3,15 @@
 ``file_problem`` is for an output file whose folder must exist (``python -m attn.measure.bench --out``,
 ``python -m attn.course.execute --times``); ``folder_problem`` for an output folder that is created with its
 parents if need be (``python -m attn.models.induction --out``). Both return None when the destination is fine.
-Writing is tried, not inferred from permission bits, so a read-only file system or a folder that only
-root could write to is found too.
+Creating a file is tried, not inferred from permission bits, so a read-only file system or a folder that
+only root could write to is found too; nothing that exists is ever opened (a named pipe would block, a
+device such as /dev/full would accept the test and refuse the result). A symbolic link is followed to
+where it points. ``write_text`` then writes through a temporary file renamed into place, so that a
+failure never leaves half a file.
 """
 
+import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -15,26 +20,58 @@ def file_problem(text, example="results.json"):
     """None if a file can be written at ``text``, else what is wrong with it (its folder must already exist)."""
     if not str(text).strip():
         return f"the file name is empty; give one, such as {example}"
-    path = Path(text)
+    given = Path(text)
+    path = _target(given)
+    named = given if path == given else f"{given} (a link to {path})"
     if path.is_dir():
-        return f"{path} is a folder; give a file name, such as {path / example}"
+        return f"{named} is a folder; give a file name, such as {given / example}"
+    if path.exists() and not path.is_file():
+        kind = "a named pipe" if stat.S_ISFIFO(path.stat().st_mode) else "a device or other special file"
+        return f"{named} is {kind}, not a file; give the name of an ordinary file, such as {example}"
     blocked = _file_above(path)
     if blocked is not None:
-        return f"{path} lies under {blocked}, which is a file, not a folder"
+        return f"{named} lies under {blocked}, which is a file, not a folder"
     if not path.parent.is_dir():
         return f"the folder {path.parent} does not exist; create it first"
-    if path.exists() and not _can_append(path):
-        return f"{path} cannot be written here (no permission, or a read-only place)"
-    if not path.exists() and not _can_create_in(path.parent):
-        return f"{path} cannot be written here (no permission to create files in {path.parent})"
+    if not _can_create_in(path.parent) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{named} cannot be written here (no permission to create files in {path.parent}, or a read-only place)"
     return None
+
+
+def write_text(path, text):
+    """Write ``text`` to the file ``path`` (following a link) through a temporary file in its folder, renamed into place."""
+    write_through_temporary(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
+
+
+def write_through_temporary(path, write):
+    """Call ``write(temporary)`` to fill a temporary file beside ``path``, then rename it to ``path``: all or nothing."""
+    target = _target(Path(path))
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    os.close(handle)
+    try:
+        write(temporary)
+        if target.exists():
+            os.chmod(temporary, stat.S_IMODE(target.stat().st_mode))
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)  # what open() would have given a new file
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _target(path):
+    """Where ``path`` leads: itself, or for a symbolic link (even one to nowhere) the place it points to."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def folder_problem(text, example="lessons/models"):
     """None if ``text`` is, or can be made, a folder to write files in; else what is wrong with it."""
     if not str(text).strip():
         return f"the folder name is empty; give one, such as {example}"
-    folder = Path(text)
+    folder = _target(Path(text))
     if folder.exists() and not folder.is_dir():
         return f"{folder} is a file; give a folder (it is created if it does not exist yet)"
     blocked = _file_above(folder)
@@ -54,14 +91,6 @@ def _file_above(path):
 def _can_create_in(folder):
     try:
         with tempfile.TemporaryFile(dir=folder):
-            return True
-    except OSError:
-        return False
-
-
-def _can_append(path):
-    try:
-        with open(path, "ab"):
             return True
     except OSError:
         return False

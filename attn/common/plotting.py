@@ -161,8 +161,11 @@ def mark_cells(ax, rows, cols):
 def weight_bars(weights, labels, title, ax=None, highlight=None):
     """Bar chart of one query's weights over its keys; ``highlight`` names a bar to emphasise."""
     weights = np.asarray(weights, dtype=float)
-    if weights.ndim != 1 or len(labels) != len(weights):
-        raise ValueError(f"weight_bars needs one weight per label, got shape {weights.shape} and {len(labels)} labels")
+    if weights.ndim != 1 or len(weights) == 0 or len(labels) != len(weights):
+        raise ValueError(f"weight_bars needs one weight per label, and at least one, "
+                         f"got shape {weights.shape} and {len(labels)} labels")
+    if not np.isfinite(weights).all():
+        raise ValueError("weight_bars needs finite weights, got NaN or inf")
     if ax is None:
         _, ax = plt.subplots(figsize=(min(COLUMN_WIDTH, 0.9 * len(weights) + 2.4), 3.4))
     colours = [HIGHLIGHT if label == highlight else BAR for label in labels]

@@ -17,8 +17,13 @@ def type_name(value):
 
 
 def require_tensor(name, value):
-    """TypeError unless ``value`` is a torch.Tensor, with the conversion to use where there is one."""
+    """TypeError unless ``value`` is a dense torch.Tensor, with the conversion to use where there is one.
+
+    Sparse and other non-strided layouts are refused here, for every function at once: the course's
+    layers index, reshape and reduce their inputs, which those layouts do not support.
+    """
     if isinstance(value, torch.Tensor):
+        require_dense(name, value)
         return
     message = f"{name} must be a torch.Tensor, got {type_name(value)}"
     if type(value).__module__ == "numpy":
@@ -26,6 +31,30 @@ def require_tensor(name, value):
     elif isinstance(value, list | tuple):
         message += f"; convert it with torch.tensor({name})"
     raise TypeError(message)
+
+
+def require_dense(name, tensor):
+    """TypeError if ``tensor`` is sparse (or any layout but the ordinary strided one)."""
+    if tensor.layout != torch.strided:
+        raise TypeError(
+            f"{name} has layout {tensor.layout}; this function needs an ordinary dense tensor (torch.strided): "
+            f"convert it with {name}.to_dense()"
+        )
+
+
+def require_numbers(name, tensor):
+    """ValueError if ``tensor`` is on the meta device: it has a shape but no numbers to compute with."""
+    if tensor.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device, which keeps shapes but no numbers, so nothing can be computed from it; "
+            "create the layer and the inputs on a real device such as 'cpu' (a meta layer: layer.to_empty(device='cpu'))"
+        )
+
+
+def require_computable(name, tensor):
+    """``tensor`` must be a dense torch.Tensor on a real device (not meta): the checks every layer needs first."""
+    require_tensor(name, tensor)
+    require_numbers(name, tensor)
 
 
 def require_floating(name, tensor):
@@ -42,11 +71,7 @@ def require_finite(name, tensor, consequence="attention would spread it to every
     is the algorithm's, not the check's. A tensor on the meta device (shapes without numbers) is refused
     with a sentence, since nothing can be computed.
     """
-    if tensor.device.type == "meta":
-        raise ValueError(
-            f"{name} is on the meta device, which keeps shapes but no numbers, so nothing can be computed from it; "
-            "create the layer and the inputs on a real device such as 'cpu' (a meta layer: layer.to_empty(device='cpu'))"
-        )
+    require_numbers(name, tensor)
     if not has_only_finite(tensor):
         raise ValueError(f"{name} contains NaN or inf; {consequence}")
 
@@ -64,8 +89,6 @@ def has_only_finite(tensor):
     return bool(torch.isfinite(smallest) & torch.isfinite(largest))
 
 
-
-
 def require_like(name, tensor, reference):
     """``tensor`` must have the dtype and device of ``reference``, a weight of the layer it is given to."""
     if tensor.dtype != reference.dtype:
@@ -80,10 +103,26 @@ def require_like(name, tensor, reference):
         )
 
 
+def is_whole_number(value):
+    """True for a Python or NumPy integer (np.int64 included), False for a bool, a float (even 4.0) or text."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)  # numpy.bool_ is not Integral
+
+
+def whole_number(name, value, minimum=None, maximum=None):
+    """``value`` as a Python int if it is a whole number (Python's or NumPy's) in [minimum, maximum]."""
+    if not is_whole_number(value):
+        raise TypeError(f"{name} must be a whole number (an int), got {type_name(value)} {value!r:.60}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
+    return int(value)
+
+
 def positive_int(name, value):
-    """``value`` as an int if it is a positive whole number (not a bool, a float or a string)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int, got {type_name(value)} {value!r}")
+    """``value`` as an int if it is a positive whole number (not a bool, a float or a string; NumPy ints are fine)."""
+    if not is_whole_number(value):
+        raise TypeError(f"{name} must be a positive int, got {type_name(value)} {value!r:.60}")
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return int(value)
@@ -91,9 +130,26 @@ def positive_int(name, value):
 
 def whole_count(name, value):
     """``value`` as an int >= 0 (a whole number, not a bool, a float or a string)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == 0:
-        return 0
-    return positive_int(name, value)
+    if not is_whole_number(value):
+        raise TypeError(f"{name} must be a whole number of 0 or more, got {type_name(value)} {value!r:.60}")
+    if value < 0:
+        raise ValueError(f"{name} must be 0 or more, got {value}")
+    return int(value)
+
+
+def positive_number(name, value):
+    """``value`` as a float if it is a positive finite real number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {type_name(value)} {value!r:.60}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def require_callable(name, value):
+    """TypeError unless ``value`` can be called (a function, a lambda, a layer)."""
+    if not callable(value):
+        raise TypeError(f"{name} must be a function to call, got {type_name(value)} {value!r:.60}; pass the function itself")
 
 
 def seed_value(value):
@@ -111,245 +167,4 @@ def probability(name, value):
         raise TypeError(f"{name} must be a number in [0, 1), got {type_name(value)} {value!r}")
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1) (the probability of dropping a weight), got {value}")
-    return float(value)
-
-
-def check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads):
-    """The constructor arguments of MultiHeadAttention; returns (embed_dim, num_heads, dropout, num_kv_heads)."""
-    embed_dim, num_heads = positive_int("embed_dim", embed_dim), positive_int("num_heads", num_heads)
-    if embed_dim % num_heads:
-        raise ValueError(f"embed_dim={embed_dim} must be a positive multiple of num_heads={num_heads}")
-    if not isinstance(bias, bool):
-        raise TypeError(f"bias must be True or False, got {type_name(bias)} {bias!r}")
-    num_kv_heads = num_heads if num_kv_heads is None else positive_int("num_kv_heads", num_kv_heads)
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}: "
-            "each key/value head serves a whole group of query heads"
-        )
-    return embed_dim, num_heads, probability("dropout", dropout), num_kv_heads
-
-
-def check_sequence(name, tensor, embed_dim, weight):
-    """``tensor`` must be a floating-point (B, T, embed_dim) torch.Tensor with ``weight``'s dtype and device."""
-    require_tensor(name, tensor)
-    require_floating(name, tensor)
-    if tensor.dim() != 3 or tensor.shape[-1] != embed_dim:
-        raise ValueError(f"{name} must have shape (B, T, {embed_dim}), got {tuple(tensor.shape)}")
-    require_like(name, tensor, weight)
-
-
-def check_block_input(block, x):
-    """The input of TransformerBlock.forward: (B, T, E), the block's dtype and device, finite, and small enough
-    that the first LayerNorm does not overflow on it (that costs one more LayerNorm, without gradients)."""
-    check_sequence("x", x, block.attention.embed_dim, block.norm1.weight)
-    require_finite("x", x)
-    with torch.no_grad():
-        normed = block.norm1(x)  # (B, T, E)
-    if not torch.isfinite(normed).all():
-        largest = x.abs().max().item()
-        raise ValueError(
-            f"the block's input x is finite, but its first LayerNorm (norm1) overflowed on it: the largest |x| is "
-            f"{largest:.3g}, too large for {x.dtype} once squared; scale x down, or use float64"
-        )
-
-
-def check_inputs(layer, query, key, value, is_causal, cache):
-    """Everything about one call of MultiHeadAttention.forward except the masks (see attn.masks).
-
-    Checks kinds, dtypes, devices and shapes first, then that query, key and value are finite:
-    that costs one reduction per distinct input (self-attention passes one tensor three times and
-    pays once), and on a GPU a wait for the result.
-    """
-    weight = layer.query_proj.weight
-    inputs = (("query", query), ("key", key), ("value", value))
-    for name, tensor in inputs:
-        check_sequence(name, tensor, layer.embed_dim, weight)
-    if not query.shape[0] == key.shape[0] == value.shape[0]:
-        raise ValueError(
-            f"batch sizes differ: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
-    if key.shape[1] != value.shape[1]:
-        raise ValueError(f"key and value lengths differ: key {tuple(key.shape)}, value {tuple(value.shape)}")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)} {is_causal!r}")
-    if cache is not None:
-        # Known by what it does, not by its class: attn.common sits under the layers and imports none of them.
-        if not all(callable(getattr(cache, method, None)) for method in ("append", "check_fits")):
-            raise TypeError(f"cache must be an attn.KVCache or None, got {type_name(cache)}")
-        cache.check_fits(query.shape[0], layer.num_kv_heads, layer.head_dim, weight.dtype, weight.device)
-    seen = []
-    for name, tensor in inputs:
-        if not any(tensor is earlier for earlier in seen):
-            require_finite(name, tensor)
-            seen.append(tensor)
-
-
-def check_attention_shapes(query, key, value):
-    """Shapes for explicit_attention and fused_attention: query (B, H, T_q, d), key and value (B, H_kv, T_k, d)."""
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_tensor(name, tensor)
-        if tensor.dim() != 4:
-            raise ValueError(f"{name} must have shape (B, H, T, d), got {tuple(tensor.shape)}")
-    batch, num_heads, _, head_dim = query.shape
-    if key.shape != value.shape or key.shape[0] != batch or key.shape[-1] != head_dim:
-        raise ValueError(
-            f"key and value must both be (B, H_kv, T_k, d) = ({batch}, H_kv, T_k, {head_dim}) for query "
-            f"{tuple(query.shape)}, got key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
-    if key.shape[1] == 0 or num_heads % key.shape[1]:
-        raise ValueError(f"key/value heads ({key.shape[1]}) must divide query heads ({num_heads})")
-
-
-MAX_MLP_BYTES = 2**36  # 64 GiB: a TransformerBlock whose MLP weights would need more is surely a typo
-
-
-def check_block_arguments(embed_dim, mlp_ratio, activation):
-    """TransformerBlock's own arguments; returns the MLP's hidden width, mlp_ratio * embed_dim."""
-    if isinstance(mlp_ratio, bool) or not isinstance(mlp_ratio, numbers.Real):
-        raise TypeError(f"mlp_ratio must be a positive number, got {type_name(mlp_ratio)} {mlp_ratio!r}")
-    hidden = mlp_ratio * embed_dim
-    if not (math.isfinite(hidden) and hidden >= 1 and abs(hidden - round(hidden)) < 1e-6):
-        raise ValueError(f"mlp_ratio * embed_dim must be a positive whole number of features, got {mlp_ratio} * {embed_dim}")
-    weight_bytes = 2 * round(hidden) * embed_dim * torch.get_default_dtype().itemsize  # the MLP's two weight matrices
-    if weight_bytes > MAX_MLP_BYTES:
-        raise ValueError(
-            f"mlp_ratio={mlp_ratio} gives an MLP of {round(hidden):,} hidden features, whose two weight matrices would need "
-            f"{weight_bytes / 2**30:,.0f} GiB; the usual mlp_ratio is 4"
-        )
-    if not isinstance(activation, str):
-        raise TypeError(f"activation must be the string 'gelu' or 'relu', got {type_name(activation)}")
-    if activation not in ("gelu", "relu"):
-        raise ValueError(f"activation must be 'gelu' or 'relu', got {activation!r}")
-    return round(hidden)
-
-
-def check_rotary_arguments(x, positions, base):
-    """The arguments of attn.apply_rotary: x (..., T, d) with d even, positions (T,) or broadcastable, base > 0."""
-    require_tensor("x", x)
-    require_floating("x", x)
-    if x.dim() < 2 or x.shape[-1] == 0 or x.shape[-1] % 2:
-        raise ValueError(f"x must have shape (..., T, d) with d even (features rotate in pairs), got {tuple(x.shape)}")
-    require_finite("x", x, "rotating it would carry it into every score it enters")
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"base must be a positive number, got {type_name(base)} {base!r}")
-    if not (math.isfinite(base) and base > 0):
-        raise ValueError(f"base must be a positive finite number, got {base!r}")
-    if positions is None:
-        return
-    require_tensor("positions", positions)
-    if positions.dtype == torch.bool or positions.dtype.is_complex:
-        raise TypeError(f"positions must hold integers or real numbers, got {positions.dtype}")
-    if positions.device != x.device:
-        raise ValueError(f"positions is on device {positions.device} but x is on {x.device}; move it with positions.to(x.device)")
-    leading = tuple(x.shape[:-1])  # (..., T)
-    try:
-        fits = positions.dim() >= 1 and positions.shape[-1] == leading[-1]
-        fits = fits and torch.broadcast_shapes(positions.shape, leading) == leading
-    except RuntimeError:
-        fits = False
-    if not fits:
-        raise ValueError(f"positions of shape {tuple(positions.shape)} must be (T,) or broadcast to x.shape[:-1] = {leading}")
-    if positions.is_floating_point() and not torch.isfinite(positions).all():
-        raise ValueError("positions contains NaN or inf")
-
-
-FLASH_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def check_flash_inputs(query, key, value, is_causal, block_q, block_k):
-    """The arguments of lesson 12's tiled attention; returns (block_q, block_k) as ints.
-
-    query (B, H, T_q, d), key and value (B, H, T_k, d): one dtype and device, floating point, finite;
-    T_q, T_k and d at least 1. Blocks are positive ints (a block larger than T is allowed: one tile).
-    """
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_tensor(name, tensor)
-        require_floating(name, tensor)
-        if tensor.dtype not in FLASH_DTYPES:
-            raise TypeError(f"{name} is {tensor.dtype}; tiled attention takes float16, bfloat16, float32 or float64")
-        if tensor.dim() != 4 or 0 in tensor.shape:
-            raise ValueError(f"{name} must have shape (B, H, T, d) with no size 0, got {tuple(tensor.shape)}")
-    if key.shape != value.shape or key.shape[:2] != query.shape[:2] or key.shape[-1] != query.shape[-1]:
-        raise ValueError(
-            f"query (B, H, T_q, d) and key, value (B, H, T_k, d) must agree in B, H and d: query "
-            f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
-    for name, tensor in (("key", key), ("value", value)):
-        if tensor.dtype != query.dtype or tensor.device != query.device:
-            raise TypeError(
-                f"{name} is {tensor.dtype} on {tensor.device} but query is {query.dtype} on {query.device}; "
-                f"convert it with {name}.to(query)"
-            )
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)} {is_causal!r}")
-    if query.device.type == "meta":
-        raise ValueError("query, key and value are on the meta device, which holds shapes but no numbers to attend over")
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        require_finite(name, tensor)
-    return positive_int("block_q", block_q), positive_int("block_k", block_k)
-
-
-def check_rotary_angles(angles, base):
-    """ValueError if the rotation angles (..., T, d / 2) overflowed: a base so small that base^(-2i / d) is inf."""
-    if not torch.isfinite(angles).all():
-        raise ValueError(
-            f"base={base!r} makes the rotation angles overflow {angles.dtype} (the frequencies base^(-2i / d) or the "
-            "angles position * frequency reach inf); use a base above 1, such as the usual 10000"
-        )
-
-
-def _check_rates(name, rates, batch_heads_length, low, high, meaning):
-    """One (B, H, T) tensor of per-token rates, beta or alpha: a tensor, the queries' dtype, inside [low, high]."""
-    require_tensor(name, rates)
-    require_floating(name, rates)
-    if tuple(rates.shape) != batch_heads_length:
-        raise ValueError(
-            f"{name} must have shape (B, H, T) = {batch_heads_length}, one number per token, got {tuple(rates.shape)}"
-        )
-    require_finite(name, rates, "the memory it scales would hold NaN from then on")
-    if rates.numel() and (rates.min() < low or rates.max() > high):
-        raise ValueError(
-            f"{name} must lie in [{low}, {high}] ({meaning}), "
-            f"got values from {rates.min().item():.3g} to {rates.max().item():.3g}"
-        )
-
-
-def check_recurrence_inputs(q, k, v, beta=None, alpha=None):
-    """The inputs of attn.linear's recurrences: q, k (B, H, T, d_k), v (B, H, T, d_v), beta and alpha (B, H, T).
-
-    All floating point of one dtype and device, finite, T >= 1; beta in [0, 2] (beyond 2 a write overshoots
-    and the memory grows without bound), alpha in [0, 1] (a decay).
-    """
-    named = [("q", q), ("k", k), ("v", v)] + [(name, t) for name, t in (("beta", beta), ("alpha", alpha)) if t is not None]
-    for name, tensor in named:
-        require_tensor(name, tensor)
-        require_floating(name, tensor)
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        if tensor.dim() != 4 or 0 in tensor.shape:
-            raise ValueError(f"{name} must have shape (B, H, T, d) with no size 0, got {tuple(tensor.shape)}")
-    if q.shape != k.shape or v.shape[:3] != q.shape[:3]:
-        raise ValueError(
-            f"q and k must both be (B, H, T, d_k) and v (B, H, T, d_v) with the same B, H and T: got q {tuple(q.shape)}, "
-            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    for name, tensor in named[1:]:
-        if tensor.dtype != q.dtype or tensor.device != q.device:
-            raise TypeError(
-                f"{name} is {tensor.dtype} on {tensor.device} but q is {q.dtype} on {q.device}; convert it with {name}.to(q)"
-            )
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        require_finite(name, tensor, "the memory it is written into would carry it to every later output")
-    if beta is not None:
-        _check_rates("beta", beta, tuple(q.shape[:3]), 0, 2, "the strength of each write")
-    if alpha is not None:
-        _check_rates("alpha", alpha, tuple(q.shape[:3]), 0, 1, "how much of the memory each token keeps")
-
-
-def positive_number(name, value):
-    """``value`` as a float if it is a finite number above 0 (not a bool or a string)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a positive number, got {type_name(value)} {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)

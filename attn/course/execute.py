@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from attn.common.destinations import file_problem
+from attn.common.destinations import file_problem, write_text, write_through_temporary
 
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
 
@@ -39,7 +39,7 @@ def execute(path, timeout=600):
     client.execute()
     seconds = time.perf_counter() - start
     notebook.metadata.pop("widgets", None)  # state from an earlier run would load widget scripts for nothing
-    nbformat.write(notebook, path)
+    write_through_temporary(path, lambda temporary: nbformat.write(notebook, temporary))  # never half a notebook
     return seconds
 
 
@@ -98,7 +98,7 @@ def main(argv=None):
         times.append((path, seconds))
         print(f"{seconds:6.1f} s  {path}", flush=True)
     if args.times is not None:
-        args.times.write_text(times_table(times))
+        write_text(args.times, times_table(times))
         print(f"wrote {args.times}")
     return 0
 

@@ -18,8 +18,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from attn.common.plotting import BAR, COLUMN_WIDTH, HIGHLIGHT, weight_bars
+from attn.common.validate import positive_number
 from attn.course import fruit
-from attn.softmax import softmax
+from attn.softmax import as_float_array, softmax
 
 # The controls' ranges, shared by the widget and the page explorer.
 QUERY_SLIDER = {"min": 0.0, "max": 1.0, "step": 0.05}
@@ -28,13 +29,28 @@ TEMPERATURE_EXPONENT = {"min": -1.5, "max": 1.5, "step": 0.1}  # temperature = 1
 
 def fruit_attention(query, scaled=True, temperature=1.0):
     """Weights (3,) and output (d_v=3,) of the fruit table for one query (d_k=3,)."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-    scores = fruit.KEYS @ np.asarray(query, dtype=float)  # (3,)
+    query, temperature = check_fruit_arguments(query, scaled, temperature)
+    scores = fruit.KEYS @ query  # (3,)
     if scaled:
         scores = scores / np.sqrt(fruit.KEYS.shape[1])
     weights = softmax(scores / temperature)  # (3,)
     return weights, weights @ fruit.VALUES  # (3,), (3,)
+
+
+def check_fruit_arguments(query, scaled, temperature):
+    """query as a float array (d_k,) and temperature as a float, if they make sense; one sentence if not."""
+    query = as_float_array(query, "query")
+    if query.shape != (fruit.KEYS.shape[1],) or not np.isfinite(query).all():
+        raise ValueError(f"query must be {fruit.KEYS.shape[1]} finite numbers, one per key feature "
+                         f"({', '.join(fruit.KEY_ATTRIBUTES)}), got shape {query.shape}")
+    if not isinstance(scaled, bool | np.bool_):
+        raise TypeError(f"scaled must be True or False, got {type(scaled).__name__} {scaled!r:.40}")
+    temperature = positive_number("temperature", temperature)
+    largest = np.abs(fruit.KEYS @ query).max()
+    if largest / np.finfo(float).max > temperature:  # largest / temperature would overflow
+        raise ValueError(f"temperature={temperature!r} is so small that the scores divided by it overflow; "
+                         "use a temperature of 0.01 or more")
+    return query, temperature
 
 
 def setting_label(scaled, temperature):
@@ -60,6 +76,10 @@ def sweep_grid(query, temperatures=(0.1, 1.0, 10.0)):
     Each panel's title is short enough for half the column on a phone: the setting, then the
     output as numbers, in the order the figure's title names (price, liking, use).
     """
+    check_fruit_arguments(query, True, 1.0)
+    if isinstance(temperatures, str) or not isinstance(temperatures, list | tuple | np.ndarray) or len(temperatures) == 0:
+        raise ValueError(f"temperatures must be a non-empty list of positive numbers, got {temperatures!r:.60}")
+    temperatures = [check_fruit_arguments(query, True, temperature)[1] for temperature in temperatures]
     fig, axes = plt.subplots(
         len(temperatures), 2, figsize=(COLUMN_WIDTH, 0.5 + 2.7 * len(temperatures)), sharey=True, squeeze=False
     )

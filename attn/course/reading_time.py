@@ -36,6 +36,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from attn.common.validate import is_whole_number
+
 WORDS_PER_MINUTE = 150
 CODE_CHARACTERS_PER_MINUTE = 500
 MINUTES_PER_FIGURE = 4
@@ -103,11 +105,27 @@ def _cells(path):
         raise ValueError(f"no such notebook: {path}")
     try:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        if not all(isinstance(cell, dict) and "cell_type" in cell and "source" in cell for cell in cells):
-            raise TypeError("a cell without a type or a source")
+        if not isinstance(cells, list):
+            raise TypeError("its cells are not a list")
+        for index, cell in enumerate(cells):
+            _check_cell(index, cell)
     except (ValueError, KeyError, TypeError) as error:  # not JSON, not UTF-8, or not a notebook's layout
         raise ValueError(f"{path} is not a notebook saved by Jupyter ({error})") from None
     return cells
+
+
+def _check_cell(index, cell):
+    """TypeError naming the cell unless it has the layout nbformat gives: a type, a source of text, outputs a list."""
+    if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str) or "source" not in cell:
+        raise TypeError(f"cell {index} has no type or no source")
+    source = cell["source"]
+    if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(line, str) for line in source)):
+        raise TypeError(f"cell {index}'s source is not text (a string or a list of strings)")
+    outputs = cell.get("outputs", [])
+    if not isinstance(outputs, list) or not all(isinstance(output, dict) for output in outputs):
+        raise TypeError(f"cell {index}'s outputs are not a list of outputs")
+    if not all(isinstance(output.get("data", {}), dict) for output in outputs):
+        raise TypeError(f"cell {index} has an output whose data is not a dictionary")
 
 
 def count(path):
@@ -138,6 +156,7 @@ def _printed_source(cell):
 
 def unrounded_minutes(counts, in_class):
     """The rule before rounding; ``in_class`` is how many of the exercises are done in class."""
+    in_class = _check_in_class(counts, in_class)
     return (
         counts.words / WORDS_PER_MINUTE
         + counts.code_characters / CODE_CHARACTERS_PER_MINUTE
@@ -149,9 +168,17 @@ def unrounded_minutes(counts, in_class):
 
 def reading_minutes(counts, in_class):
     """The rule, rounded to the nearest multiple of ROUND_TO minutes."""
-    if not isinstance(in_class, int) or isinstance(in_class, bool) or not 0 <= in_class <= len(counts.exercises):
-        raise ValueError(f"in_class must be a whole number from 0 to {len(counts.exercises)}, the notebook's exercises")
     return ROUND_TO * math.floor(unrounded_minutes(counts, in_class) / ROUND_TO + 0.5)
+
+
+def _check_in_class(counts, in_class):
+    """``in_class`` as an int from 0 to the number of exercises ``counts`` holds (NumPy integers too)."""
+    if not isinstance(counts, Counts):
+        raise TypeError(f"counts must be what count(path) returns (a Counts), got {type(counts).__name__}")
+    if not is_whole_number(in_class) or not 0 <= in_class <= len(counts.exercises):
+        raise ValueError(f"in_class must be a whole number from 0 to {len(counts.exercises)}, the notebook's exercises, "
+                         f"got {in_class!r:.40}")
+    return int(in_class)
 
 
 def main(argv=None):

@@ -26,8 +26,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attn.common.destinations import file_problem
+from attn.common.destinations import file_problem, write_text
 from attn.common.device import describe_device, pick_device
+from attn.common.sizes import check_allocation
+from attn.common.validate import positive_int, type_name
 from attn.flops import attention_flops
 from attn.measure.peaks import data_sheet_peaks
 from attn.measure.timing import SPREAD_LIMIT, machine_load, relative_spread, seconds_of_each_run
@@ -92,7 +94,8 @@ def is_cpu_out_of_memory(error):
 def run_benchmark(device=None, dtype=torch.bfloat16, batch=4, heads=16, head_dims=(64, 128), lengths=(512, 1024, 2048, 4096),
                   repeats=10, layers=True):
     """Measure every case and return the results as a dictionary (see the module docstring)."""
-    device = torch.device(device) if device is not None else pick_device()
+    device, batch, heads, head_dims, lengths, repeats = check_benchmark_arguments(
+        device, dtype, batch, heads, head_dims, lengths, repeats, layers)
     load_at_start = machine_load()  # before the benchmark adds its own work
     generator = torch.Generator(device="cpu").manual_seed(0)
     rows = []
@@ -139,6 +142,60 @@ def run_benchmark(device=None, dtype=torch.bfloat16, batch=4, heads=16, head_dim
     }
 
 
+BENCH_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+
+
+def check_benchmark_arguments(device, dtype, batch, heads, head_dims, lengths, repeats, layers):
+    """run_benchmark's arguments, checked before anything runs; returns (device, batch, heads, head_dims, lengths, repeats).
+
+    device: None (the best available), a torch.device or its name, present on this machine; sizes are positive
+    whole numbers, and the largest case's query, key and value must fit in the device's memory.
+    """
+    if device is None:
+        device = pick_device()
+    elif isinstance(device, str | torch.device):
+        known = available_devices()
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"{device!r} is not a device name; this machine has: {', '.join(known)}") from None
+        if device.type != "cpu" and str(device) not in known:
+            raise ValueError(f"device {device} is not available on this machine; it has: {', '.join(known)}")
+    else:
+        raise TypeError(f"device must be None, a torch.device or its name ('cpu', 'cuda'), got {type_name(device)}")
+    if dtype not in BENCH_DTYPES:
+        raise TypeError(f"dtype must be one of {', '.join(map(str, BENCH_DTYPES))} (attention averages), got {dtype!r:.40}")
+    batch, heads, repeats = positive_int("batch", batch), positive_int("heads", heads), positive_int("repeats", repeats)
+    sizes = {}
+    for name, values in (("head_dims", head_dims), ("lengths", lengths)):
+        if isinstance(values, str) or not isinstance(values, list | tuple) or not values:
+            raise TypeError(f"{name} must be a non-empty list of positive whole numbers, got {values!r:.60}")
+        sizes[name] = tuple(positive_int(f"every entry of {name}", value) for value in values)
+    if not isinstance(layers, bool):
+        raise TypeError(f"layers must be True or False, got {type_name(layers)} {layers!r}")
+    inputs = 4 * batch * heads * max(sizes["lengths"]) * max(sizes["head_dims"]) * dtype.itemsize  # q, k, v, x
+    check_allocation(f"the benchmark's inputs at T={max(sizes['lengths'])}, d={max(sizes['head_dims'])}", inputs, device)
+    return device, batch, heads, sizes["head_dims"], sizes["lengths"], repeats
+
+
+LABEL_KEYS = ("device", "dtype", "torch", "date")
+ROW_KEYS = ("case", "batch", "heads", "head_dim", "length", "status")
+
+
+def check_result(result, name="result", keys=(), caller="this function"):
+    """TypeError/ValueError unless ``result`` is a benchmark result as run_benchmark returns it (or its JSON holds):
+    a dictionary with ``keys`` and rows that each name their case, sizes and status (and seconds if timed)."""
+    if not isinstance(result, dict) or not isinstance(result.get("rows"), list):
+        raise TypeError(f"{caller} needs, as {name}, a benchmark result (the dictionary run_benchmark returns, or its "
+                        f"JSON file read with json.load), with its rows, got {type_name(result)}")
+    absent = [key for key in keys if key not in result]
+    broken = [index for index, row in enumerate(result["rows"]) if not isinstance(row, dict)
+              or any(key not in row for key in ROW_KEYS) or (row["status"] == "ok" and "seconds" not in row)]
+    if absent or broken:
+        what = f"has no {', '.join(absent)}" if absent else f"has rows without {', '.join(ROW_KEYS)} (row {broken[0]})"
+        raise ValueError(f"{name} {what}: it is not a benchmark result from run_benchmark")
+
+
 def timing_caveats(result, recorded=None, spread_limit=SPREAD_LIMIT, slower_limit=3.0):
     """Sentences saying why the times of ``result`` may not be trusted; an empty list if none.
 
@@ -147,10 +204,9 @@ def timing_caveats(result, recorded=None, spread_limit=SPREAD_LIMIT, slower_limi
     than ``spread_limit``; some rows are more than ``slower_limit`` times slower than the same case in
     ``recorded`` (a committed result from the same kind of device and dtype), as on a busy machine.
     """
-    for name, value in (("result", result), ("recorded", recorded)):
-        if not (value is None and name == "recorded") and not (isinstance(value, dict) and isinstance(value.get("rows"), list)):
-            raise TypeError(f"timing_caveats needs, as {name}, a benchmark result (the dictionary run_benchmark "
-                            f"returns, with its rows), got {type(value).__name__}")
+    check_result(result, caller="timing_caveats")
+    if recorded is not None:
+        check_result(recorded, "recorded", caller="timing_caveats")
     caveats = []
     load, cores = result.get("load_average"), result.get("cores")
     if load is not None and cores and load >= cores:
@@ -183,6 +239,10 @@ def _case_key(row):
 
 def share_of_peak(result, row):
     """The fraction of the GPU's dense bf16 peak a core row reached, or None if unknown."""
+    for name, value in (("result", result), ("row", row)):
+        if not isinstance(value, dict):
+            raise TypeError(f"share_of_peak needs, as {name}, a benchmark result and one of its rows (dictionaries), "
+                            f"got {type_name(value)}")
     peak = result.get("peak_bf16_tflops")
     if not peak or "tflops" not in row or result.get("dtype") != "bfloat16":
         return None
@@ -277,9 +337,13 @@ def main(argv=None):
         args.lengths = [512, 1024, 2048, 4096, 8192, 16384, 32768] if on_gpu else [128, 256, 512, 1024, 2048]
     if args.batch is None:
         args.batch = 4 if on_gpu else 1
-    result = run_benchmark(device, dtype, args.batch, args.heads, tuple(args.head_dims), tuple(args.lengths), args.repeats)
-    with open(args.out, "w") as handle:
-        json.dump(result, handle, indent=1)
+    sizes = (args.batch, args.heads, tuple(args.head_dims), tuple(args.lengths), args.repeats)
+    try:  # sizes that cannot fit are refused here, before the first case runs
+        check_benchmark_arguments(device, dtype, *sizes, True)
+    except (TypeError, ValueError) as error:
+        parser.error(f"arguments --batch, --heads, --head-dims, --lengths: {error}")
+    result = run_benchmark(device, dtype, *sizes)
+    write_text(args.out, json.dumps(result, indent=1))
     for row in result["rows"]:
         timing = f"{row['seconds'] * 1e3:9.2f} ms" if row["status"] == "ok" else row["status"]
         extra = f"  {row['tflops']:7.2f} TFLOP/s" if "tflops" in row else ""
@@ -292,6 +356,7 @@ def main(argv=None):
 
 def label(result):
     """Where a result came from, for a plot title: device, dtype, torch version and date."""
+    check_result(result, keys=LABEL_KEYS, caller="label")
     return f"{result['device']}, {result['dtype']}, torch {result['torch']}, {result['date']}"
 
 
@@ -300,6 +365,7 @@ def plot(result, axes=None):
 
     Draws into two stacked axes (made at the book's column width when ``axes`` is None).
     """
+    check_result(result, keys=LABEL_KEYS, caller="plot")
     import matplotlib.pyplot as plt
 
     from attn.common.plotting import COLUMN_WIDTH, GUIDE, PALETTE

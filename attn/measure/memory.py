@@ -15,6 +15,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from attn.common.validate import require_dense
+
 
 class _StorageCounter(TorchDispatchMode):
     """Counts the bytes of storages created by operations while it is active, and their peak."""
@@ -26,29 +28,37 @@ class _StorageCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        inputs = _tensors((args, kwargs))
+        before = {id(t.untyped_storage()): t.untyped_storage().nbytes()
+                  for t in inputs}  # in-place ops (resize_) may grow these
         output = func(*args, **kwargs)
-        inputs = {_storage_key(t) for t in _tensors((args, kwargs))}
+        starts = {_storage_key(t) for t in inputs}
         for tensor in _tensors(output):
-            if _storage_key(tensor) not in inputs:  # not a view or in place
-                self._count(tensor.untyped_storage())
+            storage = tensor.untyped_storage()
+            if id(storage) in before:  # in place: count only what it grew
+                self._count(storage, storage.nbytes() - before[id(storage)])
+            elif _storage_key(tensor) not in starts:  # not a view
+                self._count(storage, storage.nbytes())
         return output
 
-    def _count(self, storage):
+    def _count(self, storage, nbytes):
         key = id(storage)  # PyTorch keeps one Python object per storage while it lives
-        if key in self.sizes or storage.nbytes() == 0:
+        if nbytes <= 0 or (key in self.sizes and nbytes == storage.nbytes()):
             return
-        self.sizes[key] = storage.nbytes()
-        self.current += storage.nbytes()
+        if key not in self.sizes:
+            weakref.finalize(storage, self._free, key)
+        self.sizes[key] = self.sizes.get(key, 0) + nbytes
+        self.current += nbytes
         self.peak = max(self.peak, self.current)
-        weakref.finalize(storage, self._free, key)
 
     def _free(self, key):
         self.current -= self.sizes.pop(key, 0)
 
 
 def _tensors(tree):
-    """The tensors among the leaves of nested lists, tuples and dicts."""
-    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+    """The tensors that hold memory among the leaves of nested lists, tuples and dicts (meta tensors hold none)."""
+    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided
+            and leaf.device.type != "meta"]
 
 
 def _storage_key(tensor):
@@ -61,17 +71,22 @@ def peak_bytes(function, *arguments):
 
     Counts every tensor that any of its PyTorch operations creates, input
     checks included, while it lives (the inputs are not counted); the result
-    is dropped before returning. To measure an algorithm alone, check its
-    inputs before and pass the function that does only the arithmetic.
+    is dropped before returning. Meta tensors hold no memory: they count 0.
+    To measure an algorithm alone, check its inputs before and pass the
+    function that does only the arithmetic.
     """
-    _check_callable(function)
+    _check_arguments(function, arguments)
     with _StorageCounter() as counter:
         result = function(*arguments)
         del result
     return counter.peak
 
 
-def _check_callable(function):
+def _check_arguments(function, arguments):
+    """A function to call, and no sparse tensor among its arguments (its memory is not one storage)."""
     if not callable(function):
         name = type(function).__name__
         raise TypeError(f"peak_bytes measures a function, got {name}; pass the function itself")
+    for index, argument in enumerate(arguments):
+        if isinstance(argument, torch.Tensor):
+            require_dense(f"argument {index}", argument)

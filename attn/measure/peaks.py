@@ -25,6 +25,9 @@ DATA_SHEET_PEAKS = {  # the more specific names first: "H100 PCIe" must not matc
 
 def data_sheet_peaks(device_name):
     """The data-sheet peaks of a GPU name, {"name", "bf16_dense_tflops", "fp32_tflops", "hbm_tb_per_s"}, or None if unknown."""
+    if not isinstance(device_name, str):
+        raise TypeError(f"device_name must be a GPU's name as text, such as 'NVIDIA H100 80GB HBM3', "
+                        f"got {type(device_name).__name__}")
     for name, peaks in DATA_SHEET_PEAKS.items():
         if all(part in device_name for part in name.split()):
             return {"name": name, **peaks}

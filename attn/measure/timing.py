@@ -7,6 +7,7 @@
 
 import contextlib
 import math
+import numbers
 import os
 import statistics
 import sys
@@ -14,8 +15,8 @@ import time
 
 import torch
 
-from attn.common.validate import positive_int, seed_value, type_name, whole_count
-from attn.models.decoder import check_room
+from attn.common.validate import positive_int, require_callable, seed_value, type_name, whole_count
+from attn.models.decoder import Decoder, check_room
 
 
 def synchronize(device):
@@ -30,6 +31,23 @@ def synchronize(device):
 SPREAD_LIMIT = 0.2
 
 
+def check_timing(function, device, warmup, repeats):
+    """The arguments of median_seconds: a function, a device (torch.device or its name), warmup >= 0, repeats >= 1.
+
+    Returns (device as a torch.device, warmup, repeats).
+    """
+    require_callable("function", function)
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"device {device!r} is not a device name; use 'cpu', 'cuda' or 'mps'") from None
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be the torch.device the function runs on (or its name, such as 'cpu'), "
+                        f"got {type_name(device)} {device!r:.60}")
+    return device, whole_count("warmup", warmup), positive_int("repeats", repeats)
+
+
 def seconds_of_each_run(function, device, warmup=3, repeats=10, calls=1):
     """Wall-clock seconds per call of ``function()`` in each of ``repeats`` runs, after ``warmup`` untimed calls.
 
@@ -37,6 +55,8 @@ def seconds_of_each_run(function, device, warmup=3, repeats=10, calls=1):
     ``calls``: on a GPU, many calls per run let the launches overlap the work, so that the time is the
     kernels', not the host's wait for each one.
     """
+    device, warmup, repeats = check_timing(function, device, warmup, repeats)
+    calls = positive_int("calls", calls)
     for _ in range(warmup):
         function()
     times = []
@@ -60,12 +80,15 @@ def relative_spread(times):
     runs lies within a band 10% of the median wide; 0 for a single run."""
     if isinstance(times, (str, bytes)) or not hasattr(times, "__len__"):
         raise TypeError(f"relative_spread needs a list of times in seconds, got {type(times).__name__}")
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0 for t in times):
+    if not all(isinstance(t, numbers.Real) and not isinstance(t, bool) and math.isfinite(t) and t >= 0 for t in times):
         raise ValueError(f"relative_spread needs times in seconds, each a finite number of 0 or more, got {list(times)!r:.80}")
     if len(times) < 2:
         return 0.0
     lower, _, upper = statistics.quantiles(times, n=4, method="inclusive")
-    return (upper - lower) / statistics.median(times)
+    middle = statistics.median(times)
+    if middle == 0:  # runs too short for the clock: no spread can be measured against a median of 0
+        return 0.0 if upper == lower else math.inf
+    return (upper - lower) / middle
 
 
 @contextlib.contextmanager
@@ -104,6 +127,8 @@ def seconds_per_token(model, length, use_cache, warmup=2, repeats=7, seed=0):
     prefilled once (not timed) and a step feeds one token; each timed step appends one more position
     to the caches, as generation does, so the model needs length - 1 + warmup + repeats positions.
     """
+    if not isinstance(model, Decoder):
+        raise TypeError(f"model must be an attn.models.decoder.Decoder, got {type_name(model)}")
     length, warmup, repeats = positive_int("length", length), whole_count("warmup", warmup), positive_int("repeats", repeats)
     if not isinstance(use_cache, bool):
         raise TypeError(f"use_cache must be True or False, got {type_name(use_cache)} {use_cache!r}")

@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 from attn.block import TransformerBlock
-from attn.common.validate import positive_int, require_tensor, type_name, whole_count
+from attn.common.layer_checks import check_parameters
+from attn.common.sizes import check_allocation
+from attn.common.validate import is_whole_number, positive_int, require_tensor, type_name, whole_count
 from attn.kvcache import KVCache
 from attn.sampling import check_sampling, sample_next
 
@@ -24,6 +26,7 @@ def counting_sequences(length, vocab_size=10):
     Row start * vocab_size + step holds start, start + step, start + 2 step, ... (mod vocab_size).
     """
     length, vocab_size = positive_int("length", length), positive_int("vocab_size", vocab_size)
+    check_allocation(f"counting_sequences({length}, vocab_size={vocab_size})", 8 * vocab_size**2 * (length + 2))
     start = torch.arange(vocab_size).repeat_interleave(vocab_size)[:, None]  # (vocab_size ** 2, 1)
     step = torch.arange(vocab_size).repeat(vocab_size)[:, None]  # (vocab_size ** 2, 1)
     return (start + step * torch.arange(length)) % vocab_size  # (vocab_size ** 2, length)
@@ -42,6 +45,10 @@ class Decoder(nn.Module):
         super().__init__()
         self.vocab_size, self.max_length = positive_int("vocab_size", vocab_size), positive_int("max_length", max_length)
         embed_dim = positive_int("embed_dim", embed_dim)  # checked here, before nn.Embedding sees it
+        num_layers, ratio = positive_int("num_layers", num_layers), mlp_ratio if isinstance(mlp_ratio, numbers.Real) else 4
+        per_block = 4 * embed_dim * embed_dim + 2 * abs(ratio) * embed_dim * embed_dim  # attention, MLP (weights)
+        size = (2 * self.vocab_size + self.max_length) * embed_dim + num_layers * int(per_block)
+        check_parameters(f"Decoder(vocab_size={self.vocab_size}, embed_dim={embed_dim}, num_layers={num_layers})", size)
         self.token_embedding = nn.Embedding(self.vocab_size, embed_dim)
         self.position_embedding = nn.Embedding(self.max_length, embed_dim)
         layers = range(positive_int("num_layers", num_layers))
@@ -208,8 +215,8 @@ def _positive_number(name, value):
 
 
 def _check_chunks(chunks, length):
-    if not isinstance(chunks, list | tuple) or not all(isinstance(size, int) and not isinstance(size, bool) for size in chunks):
+    if not isinstance(chunks, list | tuple) or not all(is_whole_number(size) for size in chunks):
         raise TypeError(f"chunks must be a list of ints (tokens fed per step), got {type_name(chunks)} {chunks!r}")
     if any(size <= 0 for size in chunks) or sum(chunks) != length:
         raise ValueError(f"chunks must be positive and sum to T = {length}, got {list(chunks)}")
-    return list(chunks)
+    return [int(size) for size in chunks]

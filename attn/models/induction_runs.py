@@ -15,12 +15,13 @@ Seed 0 is the training of the shipped two-layer model, so its losses repeat the 
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
 import torch
 
-from attn.common.destinations import folder_problem
+from attn.common.destinations import file_problem, folder_problem, write_text
 from attn.models.induction import (
     TEST_SEED,
     AttentionOnlyTransformer,
@@ -83,7 +84,15 @@ def run_with_checkpoints(seed, steps=RUN_STEPS, every=CHECKPOINT_EVERY):
 
 
 def run_all(out, seeds=RUN_SEEDS, steps=RUN_STEPS, every=CHECKPOINT_EVERY):
-    """Every seed's run, timed, written to ``out``/RUNS_NAME; returns the record."""
+    """Every seed's run, timed, written to ``out``/RUNS_NAME; returns the record.
+
+    Every argument, and the folder ``out``, is checked before the first step of training.
+    """
+    out = Path(output_folder(out))
+    if isinstance(seeds, str) or not isinstance(seeds, list | tuple) or not seeds:
+        raise TypeError(f"seeds must be a non-empty list of whole numbers, such as (0, 1, 2), got {seeds!r:.60}")
+    seeds = [check_seed(seed) for seed in seeds]
+    steps, every = check_int("steps", steps, minimum=1), check_int("every", every, minimum=1)
     record = {
         "steps": steps, "checkpoint_every": every, "probe": f"make_repeat_data({PROBE_SEQUENCES}, seed={TEST_SEED})",
         "torch": torch.__version__, "threads": torch.get_num_threads(), "runs": [],
@@ -93,19 +102,31 @@ def run_all(out, seeds=RUN_SEEDS, steps=RUN_STEPS, every=CHECKPOINT_EVERY):
         run = run_with_checkpoints(seed, steps, every)
         run["seconds"] = round(time.perf_counter() - started, 1)
         record["runs"].append(run)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / RUNS_NAME).write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / RUNS_NAME, json.dumps(record, separators=(",", ":")) + "\n")
     return record
+
+
+def output_folder(text):
+    """``text`` as a Path, if it is a folder that is there, or can be made, where RUNS_NAME can be written."""
+    if not isinstance(text, str | os.PathLike):
+        raise TypeError(f"out must be a folder's path, such as 'lessons/models', got {type(text).__name__}")
+    problem = folder_problem(text)
+    if problem is None and (Path(text) / RUNS_NAME).is_dir():
+        problem = f"{Path(text) / RUNS_NAME} is a folder, so the file of that name cannot be written; move it away"
+    elif problem is None and (Path(text) / RUNS_NAME).exists():
+        problem = file_problem(Path(text) / RUNS_NAME)
+    if problem is not None:
+        raise ValueError(problem)
+    return Path(text)
 
 
 def _output_folder(text):
     """--out: a folder that is there, or can be made, and can be written in; checked before training starts."""
-    problem = folder_problem(text)
-    if problem is None and (Path(text) / RUNS_NAME).is_dir():
-        problem = f"{Path(text) / RUNS_NAME} is a folder, so the file of that name cannot be written; move it away"
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(text)
+    try:
+        return output_folder(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv=None):

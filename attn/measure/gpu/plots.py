@@ -9,7 +9,7 @@ the decoding bandwidth against the card's memory bandwidth.
 import matplotlib.pyplot as plt
 
 from attn.common.plotting import COLUMN_WIDTH, GUIDE, NEUTRAL, PALETTE
-from attn.measure.gpu.report import IMPLEMENTATIONS
+from attn.measure.gpu.report import IMPLEMENTATIONS, require_suite_result
 
 # One colour and marker per implementation; triton is grey and dashed, so no two lines look alike.
 STYLES = {
@@ -55,7 +55,11 @@ def out_of_memory_entry(result, head_dim, causal):
 
 
 def missing(result, *parts):
-    """True if a part of the run failed (its section is None), so that its figure cannot be drawn."""
+    """True if a part of the run failed (its section is None), so that its figure cannot be drawn.
+
+    First checks that ``result`` is a GPU suite result at all (TypeError/ValueError otherwise).
+    """
+    require_suite_result(result, "the GPU suite's figures")
     return any(result.get(part) is None for part in parts)
 
 

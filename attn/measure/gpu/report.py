@@ -2,6 +2,8 @@
 """
 
 import json
+import os
+import warnings
 from pathlib import Path
 
 from attn.measure.gpu.core import SDPA_BACKENDS
@@ -26,8 +28,21 @@ TOP_LEVEL = {
 PROVENANCE = ("device_type", "device_name", "date_utc", "command", "torch", "cuda", "cudnn", "triton", "numpy", "driver")
 
 
+def require_suite_result(result, what="this function"):
+    """TypeError/ValueError unless ``result`` is a GPU suite result (a dictionary with SCHEMA and its provenance)."""
+    if not isinstance(result, dict):
+        raise TypeError(f"{what} needs a GPU suite result (the dictionary read from its JSON file), got {type(result).__name__}")
+    if result.get("schema") != SCHEMA or not isinstance(result.get("provenance"), dict):
+        hint = " (this looks like a benchmark result: attn.measure.bench.plot draws those)" if "rows" in result else ""
+        raise ValueError(f"{what} needs a GPU suite result, with schema {SCHEMA!r} and its provenance; "
+                         f"got a dictionary with schema {result.get('schema')!r}{hint}")
+
+
 def validate(result):
     """Everything wrong with a suite result's shape, as sentences (an empty list: it follows SCHEMA)."""
+    if not isinstance(result, dict):
+        raise TypeError(f"validate needs a GPU suite result (the dictionary read from its JSON file), "
+                        f"got {type(result).__name__}")
     problems = [f"{key} is missing or not {kind.__name__}" for key, kind in TOP_LEVEL.items()
                 if not isinstance(result.get(key), kind)]
     problems += [f"the {name} part failed: {reason}" for name, reason in (result.get("section_errors") or {}).items()]
@@ -77,11 +92,26 @@ def core_problems(rows, sizes):
 
 
 def recorded_runs(folder):
-    """The GPU suite results in ``folder`` that real GPU runs produced: no dry runs, no CPU runs."""
+    """The GPU suite results in ``folder`` that real GPU runs produced: no dry runs, no CPU runs.
+
+    A file that cannot be read as a suite result (truncated JSON, no provenance) is skipped with a
+    warning that names it, so that one bad file does not hide the good ones.
+    """
+    if not isinstance(folder, str | os.PathLike) or not Path(folder).is_dir():
+        raise ValueError(f"folder must be a folder of JSON results, such as lessons/results, got {folder!r:.60}")
     runs = []
     for path in sorted(Path(folder).glob("*.json")):
-        result = json.loads(path.read_text())
-        if result.get("schema") == SCHEMA and not result.get("dry_run") and result["provenance"]["device_type"] == "cuda":
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            warnings.warn(f"skipped {path.name}: it is not readable JSON ({error})", stacklevel=2)
+            continue
+        if not isinstance(result, dict) or result.get("schema") != SCHEMA:
+            continue  # another kind of result (a benchmark), not a suite run
+        if not isinstance(result.get("provenance"), dict):
+            warnings.warn(f"skipped {path.name}: a GPU suite result without its provenance (where it ran)", stacklevel=2)
+            continue
+        if not result.get("dry_run") and result["provenance"].get("device_type") == "cuda":
             runs.append(result)
     return runs
 
@@ -190,6 +220,7 @@ SUMMARY_PARTS = {"cuda_tests": tests_lines, "ceilings": ceiling_lines, "core": c
 
 def summary_lines(result):
     """The short table the suite prints last, in lines of about 75 characters; a part that failed is named instead."""
+    require_suite_result(result, "summary_lines")
     info = result["provenance"]
     lines = [f"GPU suite{' (DRY RUN, tiny sizes: not a measurement)' if result['dry_run'] else ''}: "
              f"{info['device_name']}, {info['date_utc'][:10]}",

@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from attn.common.destinations import write_text
 from attn.measure.gpu.cases import first_line, free_memory
 from attn.measure.gpu.ceilings import copy_ceiling, matmul_ceiling
 from attn.measure.gpu.core import FLOP_COUNTING, core_sweep, explicit_out_of_memory
@@ -58,8 +59,8 @@ def finite(value):
 
 
 def write(result, out):
-    with open(out, "w") as handle:
-        json.dump(finite(result), handle, indent=1, allow_nan=False)
+    """Write ``result`` as JSON to ``out`` through a temporary file renamed into place (never half a file)."""
+    write_text(out, json.dumps(finite(result), indent=1, allow_nan=False))
 
 
 def run_suite(device, sizes, command, out, dry_run, log=print):

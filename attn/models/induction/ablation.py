@@ -64,8 +64,9 @@ def _check_path(model, source, target_layer, inputs):
     if layer == model.num_layers - 1:
         raise ValueError(f"the source layer {layer} is the last layer: no later layer reads its heads")
     target_layer = check_int("target_layer", target_layer, minimum=layer + 1, maximum=model.num_layers - 1)
-    if isinstance(inputs, str) or not isinstance(inputs, tuple | list) or not set(inputs) <= set(PATH_INPUTS):
-        raise ValueError(f"inputs must be a tuple of names among {PATH_INPUTS}, got {inputs!r:.60}")
+    if isinstance(inputs, str) or not isinstance(inputs, tuple | list) or not inputs or not set(inputs) <= set(PATH_INPUTS):
+        raise ValueError(f"inputs must be a non-empty tuple of names among {PATH_INPUTS} (the inputs the path is "
+                         f"removed from), got {inputs!r:.60}")
     return (layer, head), target_layer, tuple(inputs)
 
 

@@ -6,6 +6,8 @@ import numbers
 
 import torch
 
+from attn.common.validate import require_computable
+
 
 def check_int(name, value, minimum=None, maximum=None):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -49,8 +51,7 @@ def _check_block_lengths(block_lengths, length):
 
 
 def _check_tokens(tokens, vocab_size, max_length):
-    if not isinstance(tokens, torch.Tensor):
-        raise TypeError(f"tokens must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    require_computable("tokens", tokens)
     if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise TypeError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
     if tokens.dim() != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attn.common.sizes import check_allocation
+from attn.common.validate import require_computable
 from attn.models.induction.checks import _check_block_lengths, check_int, check_seed
 
 # The settings the lesson uses (chosen by the measurements reported with issue 15).
@@ -55,6 +57,7 @@ class RepeatData:
     second_copy: torch.Tensor = field(init=False)
 
     def __post_init__(self):
+        _check_repeats(self.tokens, self.block_start, self.block_length)
         targets = torch.arange(1, self.tokens.shape[1])[None, :]  # (1, T - 1): position of each target
         start, length = self.block_start[:, None], self.block_length[:, None]  # (N, 1)
         self.first_copy = (targets > start) & (targets < start + length)  # (N, T - 1)
@@ -62,6 +65,22 @@ class RepeatData:
 
     def __len__(self):
         return len(self.tokens)
+
+
+def _check_repeats(tokens, block_start, block_length):
+    """A RepeatData made by hand must describe real repeats: tokens (N, T) ids, block_start and block_length (N,)
+    whole numbers with L >= 2 and both copies inside the sequence (else a copy has no prediction to score)."""
+    require_computable("tokens", tokens)
+    if tokens.dim() != 2 or 0 in tokens.shape or tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be integer token ids of shape (N, T), got {tokens.dtype} {tuple(tokens.shape)}")
+    for name, values in (("block_start", block_start), ("block_length", block_length)):
+        require_computable(name, values)
+        if values.shape != tokens.shape[:1] or values.is_floating_point() or values.dtype == torch.bool:
+            raise TypeError(f"{name} must be whole numbers of shape (N,) = ({tokens.shape[0]},), "
+                            f"got {values.dtype} {tuple(values.shape)}")
+    if (block_length < 2).any() or (block_start < 0).any() or (block_start + 2 * block_length > tokens.shape[1]).any():
+        raise ValueError(f"every block needs length L >= 2, a start >= 0 and both copies within T = {tokens.shape[1]} "
+                         "(start + 2 L <= T): otherwise a copy has no prediction to score")
 
 
 def _check_data(data):
@@ -103,6 +122,8 @@ def make_repeat_data(num_sequences, length=MAX_LENGTH, block_lengths=TRAIN_BLOCK
     if block_start is not None:
         block_start = check_int("block_start", block_start, minimum=0, maximum=length - 2 * max(block_lengths))
     seed = check_seed(seed)
+    check_allocation(f"make_repeat_data({num_sequences}, length={length}, vocab_size={vocab_size})",
+                     num_sequences * (16 * vocab_size + 40 * length))  # random keys and their order, then tokens and masks
     generator = torch.Generator().manual_seed(seed)
     return _draw_repeat_data(generator, num_sequences, length, block_lengths, vocab_size, block_start)
 

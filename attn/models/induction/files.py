@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from attn.common.destinations import folder_problem
+from attn.common.destinations import folder_problem, write_text, write_through_temporary
 from attn.models.induction.checks import check_int
 from attn.models.induction.data import (
     BATCH_SIZE,
@@ -46,9 +46,14 @@ def train_and_save(out, num_layers_options=(1, 2)):
     """Train the lesson's models (default settings, seed SEED); save their weights and a JSON log in ``out``.
 
     The log holds the settings, every step's losses, the phase-change step, the training time
-    and the accuracies on ``make_repeat_data(2000, seed=TEST_SEED)``.
+    and the accuracies on ``make_repeat_data(2000, seed=TEST_SEED)``. The folder is checked before
+    training starts; each file is written through a temporary file renamed into place.
     """
-    out = Path(out)
+    out = output_folder(out)
+    if isinstance(num_layers_options, str) or not isinstance(num_layers_options, list | tuple) or not num_layers_options:
+        raise TypeError(f"num_layers_options must be a non-empty list of layer counts, such as (1, 2), "
+                        f"got {num_layers_options!r:.60}")
+    num_layers_options = [check_int("every entry of num_layers_options", layers, minimum=1) for layers in num_layers_options]
     out.mkdir(parents=True, exist_ok=True)
     record = {"settings": SETTINGS, "torch": torch.__version__, "models": {}}
     for num_layers in num_layers_options:
@@ -56,14 +61,14 @@ def train_and_save(out, num_layers_options=(1, 2)):
         started = time.perf_counter()
         log = train(model)
         seconds = time.perf_counter() - started
-        torch.save(model.state_dict(), weights_path(out, num_layers))
+        write_through_temporary(weights_path(out, num_layers), lambda path, model=model: torch.save(model.state_dict(), path))
         record["models"][str(num_layers)] = {
             "train_seconds": round(seconds, 1),
             "phase_change_step": phase_change_step(log.second_copy_losses),
             "test_metrics": copy_metrics(model, make_repeat_data(2000, seed=TEST_SEED)),
             **{name: [round(value, 4) for value in values] for name, values in asdict(log).items()},
         }
-    (out / LOG_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    write_text(out / LOG_NAME, json.dumps(record, indent=1) + "\n")
     return record
 
 
@@ -105,15 +110,25 @@ def _weights_file(folder, num_layers):
     return path
 
 
-def _output_folder(text):
-    """--out: a folder that is there, or can be made, and can be written in; checked before training starts."""
+def output_folder(text):
+    """``text`` as a Path, if it is a folder that is there, or can be made, where the weights and log can be written."""
+    if not isinstance(text, str | os.PathLike):
+        raise TypeError(f"out must be a folder's path, such as 'lessons/models', got {type(text).__name__}")
     problem = folder_problem(text)
     if problem is None:
         taken = [path for path in (*(weights_path(text, layers) for layers in (1, 2)), Path(text) / LOG_NAME) if path.is_dir()]
         problem = f"{taken[0]} is a folder, so the file of that name cannot be written; move it away" if taken else None
     if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
+        raise ValueError(problem)
     return Path(text)
+
+
+def _output_folder(text):
+    """--out: a folder that is there, or can be made, and can be written in; checked before training starts."""
+    try:
+        return output_folder(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv=None):

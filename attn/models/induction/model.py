@@ -5,6 +5,9 @@
 import torch
 from torch import nn
 
+from attn.common.layer_checks import check_parameters
+from attn.common.sizes import check_allocation
+from attn.common.validate import whole_count
 from attn.models.induction.checks import _check_tokens, check_int, check_seed
 from attn.models.induction.data import EMBED_DIM, MAX_LENGTH, NUM_HEADS, VOCAB_SIZE
 from attn.multihead import MultiHeadAttention
@@ -12,6 +15,8 @@ from attn.multihead import MultiHeadAttention
 
 def causal_keep_mask(length, device=None):
     """(T, T) boolean keep-mask: position i may attend to positions 0..i."""
+    length = whole_count("length", length)
+    check_allocation(f"a causal mask of {length} x {length} bools", length * length, device)
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()
 
 
@@ -42,6 +47,9 @@ class AttentionOnlyTransformer(nn.Module):
         seed = check_seed(seed)
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} must be a multiple of num_heads={num_heads}")
+        size = (2 * self.vocab_size + self.max_length) * self.embed_dim + self.num_layers * 4 * self.embed_dim**2
+        check_parameters(f"AttentionOnlyTransformer(vocab_size={vocab_size}, embed_dim={embed_dim}, "
+                         f"num_layers={num_layers})", size)
         with torch.random.fork_rng(devices=[]):  # seeded initial weights, global generator untouched
             torch.manual_seed(seed)
             self.token_embedding = nn.Embedding(vocab_size, embed_dim)

@@ -6,6 +6,8 @@ import math
 import torch
 from torch.nn import functional
 
+from attn.common.sizes import check_allocation
+from attn.common.validate import require_computable
 from attn.models.induction.checks import _check_weights
 from attn.models.induction.data import _check_data
 from attn.models.induction.model import _check_model
@@ -15,7 +17,10 @@ def previous_occurrence(tokens):
     """tokens (B, T) -> (B, T) long: the most recent earlier position holding the same token, -1 if none."""
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex():
         raise TypeError(f"tokens must be an integer tensor of shape (B, T), got {tokens!r:.60}")
-    length = tokens.shape[1]
+    require_computable("tokens", tokens)
+    batch, length = tokens.shape
+    check_allocation(f"previous_occurrence on tokens of shape {tuple(tokens.shape)}, which compares every pair,",
+                     10 * batch * length * length, tokens.device)  # (B, T, T) bools and positions
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T_query, T_key)
     earlier = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril(diagonal=-1)  # key < query
     positions = torch.arange(length, device=tokens.device)  # (T,)

@@ -50,7 +50,7 @@ MAX_LENGTH = 1 << 16  # rotary positions have no table: a limit only against abs
 SIZES = {
     "full": {
         "vocab_size": 4096, "embed_dim": 192, "num_heads": 6, "num_layers": 4, "context_length": 256,
-        "batch_size": 16, "steps": 1000, "learning_rate": 2e-3, "warmup_steps": 50, "weight_decay": 0.1,
+        "batch_size": 16, "steps": 600, "learning_rate": 2.5e-3, "warmup_steps": 30, "weight_decay": 0.1,
         "dropout": 0.1, "eval_every": 50, "eval_windows": 32, "seed": 0,
     },
     "tiny": {
@@ -65,10 +65,12 @@ BIGRAM_PRIOR = 4.0  # the bigram baseline's pseudo-counts, spread as the unigram
 class AustenLM(nn.Module):
     """AustenLM(vocab_size V, context_length, embed_dim E, num_heads H, num_layers L, mlp_ratio=4, dropout=0.0).
 
-    forward(tokens (B, T) int64, caches=None, need_weights=False) -> logits (B, T, V), or with
-    need_weights=True (logits, weights (L, B, H, T, T_k)); logits[:, t] scores the token after position
-    t. caches: one attn.KVCache per block (``new_caches()``); the tokens then continue the cached
-    sequence and T_k counts the cached positions too. ``context_length``: the length it was trained on.
+    forward(tokens (B, T) int64, caches=None, need_weights=False, mask=None) -> logits (B, T, V), or
+    with need_weights=True (logits, weights (L, B, H, T, T_k)); logits[:, t] scores the token after
+    position t. caches: one attn.KVCache per block (``new_caches()``); the tokens then continue the
+    cached sequence and T_k counts the cached positions too. mask: a boolean keep-mask (True = may
+    attend) broadcastable to (B, H, T, T_k), applied in every layer on top of the causal mask (lesson
+    13 uses it to take the first token away). ``context_length``: the length it was trained on.
     """
 
     def __init__(self, vocab_size, context_length, embed_dim, num_heads, num_layers, mlp_ratio=4, dropout=0.0):
@@ -91,7 +93,7 @@ class AustenLM(nn.Module):
     def num_heads(self):
         return self.blocks[0].attention.num_heads
 
-    def forward(self, tokens, caches=None, need_weights=False):
+    def forward(self, tokens, caches=None, need_weights=False, mask=None):
         check_decoder_call(self, tokens, caches)
         if not isinstance(need_weights, bool):
             raise TypeError(f"need_weights must be True or False, got {type_name(need_weights)} {need_weights!r}")
@@ -99,7 +101,7 @@ class AustenLM(nn.Module):
         caches = caches or [None] * len(self.blocks)
         weights = []
         for block, cache in zip(self.blocks, caches, strict=True):
-            x = block(x, is_causal=True, cache=cache, need_weights=need_weights)
+            x = block(x, mask, is_causal=True, cache=cache, need_weights=need_weights)
             if need_weights:
                 x, layer_weights = x  # layer_weights (B, H, T, T_k)
                 weights.append(layer_weights)

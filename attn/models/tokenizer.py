@@ -39,18 +39,25 @@ def merge_pair(tokens, pair, new_token):
     return merged
 
 
-def bpe_merges(words, num_merges):
+def bpe_merges(words, num_merges, ties="bytes"):
     """The first ``num_merges`` merges of byte-level BPE on ``words`` (a list of str), by the loop.
 
     Each word starts as its UTF-8 bytes, as a tuple of one-byte ``bytes``; at every step the pair
     counted most often over all words (each word weighted by how often it occurs) becomes one token.
-    Ties go to the pair whose merged bytes sort first, then whose parts do. Returns a list of
-    ((left, right), count), left and right ``bytes``; stops early when no pair is left.
+    ties="bytes": a tie goes to the pair whose merged bytes sort first (then whose parts do);
+    ties="library": to the pair of lower token ids, as the ``tokenizers`` library breaks them (its
+    256 byte tokens are numbered in the order of the printable characters that stand for them,
+    where a space is 'Ġ', after every letter; each merged token takes the next id).
+    Returns a list of ((left, right), count), left and right ``bytes``; stops early when no pair is left.
     """
     if not isinstance(words, list | tuple) or not all(isinstance(word, str) for word in words):
         raise TypeError(f"words must be a list of str, got {_type_name(words)}")
     if isinstance(num_merges, bool) or not isinstance(num_merges, numbers.Integral) or num_merges < 0:
         raise ValueError(f"num_merges must be a whole number >= 0, got {num_merges!r}")
+    if ties not in ("bytes", "library"):
+        raise ValueError(f"ties must be 'bytes' or 'library', got {ties!r}")
+    stand_ins = _byte_alphabet()
+    ids = {bytes([byte]): rank for rank, byte in enumerate(sorted(range(256), key=stand_ins.get))}
     frequencies = Counter(tuple(bytes([b]) for b in word.encode("utf-8")) for word in words)
     merges = []
     for _ in range(num_merges):
@@ -60,8 +67,12 @@ def bpe_merges(words, num_merges):
                 counts[pair] += count * frequency
         if not counts:
             break
-        best = min(counts, key=lambda pair: (-counts[pair], pair[0] + pair[1], pair))
+        if ties == "bytes":
+            best = min(counts, key=lambda pair: (-counts[pair], pair[0] + pair[1], pair))
+        else:
+            best = min(counts, key=lambda pair: (-counts[pair], ids[pair[0]], ids[pair[1]]))
         merges.append((best, counts[best]))
+        ids.setdefault(best[0] + best[1], len(ids))
         merged = Counter()
         for word, frequency in frequencies.items():
             merged[tuple(merge_pair(list(word), best, best[0] + best[1]))] += frequency

@@ -486,3 +486,32 @@ def test_the_heads_command_checks_its_arguments(tmp_path, capsys):
         lm_heads.first_token_weight(torch.zeros(3, 3))
     with pytest.raises(ValueError, match="not a passage of 3 twice"):
         lm_heads.copy_scores(torch.zeros(1, 1, 1, 8, 8), 3)
+
+
+# --- the lesson's teaching versions ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lesson13():
+    from tests.notebooks import teaching_namespace
+
+    return teaching_namespace(ROOT / "lessons" / "13_reading_austen.ipynb")
+
+
+def test_the_lessons_bpe_loop_is_the_packages(lesson13):
+    from attn.exercises.lesson13 import PARAGRAPH
+
+    for text in (PARAGRAPH, " ".join(short_texts()), "aaaa aaa ab"):
+        words = tokenizer.pretokenize(text)
+        assert lesson13["bpe_by_hand"](words, 25) == tokenizer.bpe_merges(words, 25)
+
+
+def test_the_lessons_score_loops_are_the_packages(lesson13):
+    weights = torch.rand(2, 1, 3, 10, 10).softmax(dim=-1)  # (L, 1, H, 2P, 2P), P = 5
+    for layer in range(2):
+        for head in range(3):
+            head_weights = weights[layer, 0, head]
+            previous = lesson13["previous_token_score"](head_weights)
+            induction, duplicate = lesson13["copy_scores_by_hand"](head_weights, 5)
+            assert previous == pytest.approx(lm_heads.previous_token_score(weights)[layer, head].item())
+            assert induction == pytest.approx(lm_heads.copy_scores(weights, 5)[0][layer, head].item())
+            assert duplicate == pytest.approx(lm_heads.copy_scores(weights, 5)[1][layer, head].item())

@@ -515,3 +515,16 @@ def test_the_lessons_score_loops_are_the_packages(lesson13):
             assert previous == pytest.approx(lm_heads.previous_token_score(weights)[layer, head].item())
             assert induction == pytest.approx(lm_heads.copy_scores(weights, 5)[0][layer, head].item())
             assert duplicate == pytest.approx(lm_heads.copy_scores(weights, 5)[1][layer, head].item())
+
+
+def test_export_ships_the_last_checkpoint_and_says_so(short_corpus, tmp_path):
+    config = dict(lm.SIZES["tiny"], context_length=8, eval_windows=2)
+    with pytest.raises(SystemExit, match="no interrupted training"):
+        lm.export(tmp_path, short_corpus)
+    with pytest.raises(KeyboardInterrupt):
+        lm.train(config, tmp_path, short_corpus, stream=Interrupt())
+    log = lm.export(tmp_path, short_corpus)
+    assert log["steps_done"] == 10 and "stopped at step 10 of 20" in log["provenance"]["stopped"]
+    assert log["curve"]["step"] == [5, 10] and (tmp_path / lm.CHECKPOINT_NAME).exists()
+    model, _ = lm.load(tmp_path)
+    assert model.context_length == 8

@@ -262,6 +262,7 @@ def save_checkpoint(path, state, config):
         "config": config, "model": state["model"].state_dict(), "optimizer": state["optimizer"].state_dict(),
         "generator": state["generator"].get_state(), "rng": torch.get_rng_state(), "step": state["step"],
         "curve": state["curve"], "seconds": state["seconds"],
+        "command": _command(), "threads": torch.get_num_threads(),
     }, path)
 
 
@@ -324,6 +325,32 @@ def train(config, out, corpus=None, stream=None):
     return log
 
 
+def export(out, corpus=None):
+    """Ship the last checkpoint in folder ``out`` as if training had ended there; returns the log.
+
+    For a training that cannot run to its last step: weights, tokenizer and log are written from the
+    checkpoint, the log saying at which step of how many it stopped; the checkpoint stays, so the
+    same ``train`` command can still finish the run.
+    """
+    checkpoint = Path(out) / CHECKPOINT_NAME
+    if not checkpoint.is_file():
+        raise SystemExit(f"{checkpoint} does not exist: there is no interrupted training in {out} to export")
+    saved = torch.load(checkpoint, weights_only=False)
+    config = saved["config"]
+    tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
+    state = resume_state(checkpoint, config)
+    state["model"].eval()
+    log = final_log(config, state, tokenizer, train_tokens, held_out_tokens)
+    log["provenance"]["seconds"] = round(state["seconds"], 1)
+    log["provenance"]["command"] = saved.get("command", f"{TRAIN_COMMAND} --out {out}")
+    log["provenance"]["threads"] = saved.get("threads", "not recorded in the checkpoint")
+    log["provenance"]["stopped"] = (
+        f"stopped at step {state['step']} of {config['steps']}, its last checkpoint, and shipped with "
+        f"'python -m attn.lm export --out {out}'; the train command resumes it from there")
+    write_outputs(Path(out), state["model"], tokenizer, config, log)
+    return log
+
+
 def final_log(config, state, tokenizer, train_tokens, held_out_tokens):
     """The JSON log: settings, curve, held-out loss and perplexity beside the baselines, provenance."""
     loss = mean_loss(state["model"], *held_out_windows(held_out_tokens, config["context_length"]))
@@ -338,15 +365,20 @@ def final_log(config, state, tokenizer, train_tokens, held_out_tokens):
         "training_novels": [TITLES[name] for name in TITLES if name != HELD_OUT],
         "training_tokens": len(train_tokens), "held_out_tokens": len(held_out_tokens),
         "parameters": parameters, "tokenizer_vocab_size": tokenizer.vocab_size,
-        "curve": state["curve"], **measured, "baselines": base,
+        "steps_done": state["step"], "curve": state["curve"], **measured, "baselines": base,
         "provenance": {
-            "command": " ".join([TRAIN_COMMAND, *sys.argv[2:]]) if sys.argv[1:2] == ["train"] else TRAIN_COMMAND,
+            "command": _command(),
             "seed": config["seed"], "python": platform.python_version(), "torch": torch.__version__,
             "tokenizers": _tokenizers_version(), "threads": torch.get_num_threads(),
             "finished": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "weights": "stored as float16 (half the bytes); loaded as float32",
         },
     }
+
+
+def _command():
+    """The training command as typed, when this process runs it; else the bare command."""
+    return " ".join([TRAIN_COMMAND, *sys.argv[2:]]) if sys.argv[1:2] == ["train"] else TRAIN_COMMAND
 
 
 def _tokenizers_version():
@@ -416,6 +448,13 @@ def _whole_number(minimum):
     return parse
 
 
+def _corpus_or_error(parser, folder):
+    try:
+        austen(folder)
+    except FileNotFoundError as error:
+        parser.error(str(error))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m attn.lm", description="The course's Austen language model.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -426,13 +465,18 @@ def main(argv=None):
     trainer.add_argument("--seed", type=_whole_number(0), default=None, help="seed (default 0)")
     trainer.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
     trainer.add_argument("--threads", type=_whole_number(1), default=1, help="math threads (default 1: same sums everywhere)")
+    exporter = commands.add_parser("export", help="ship the last checkpoint of a training that could not finish")
+    exporter.add_argument("--out", required=True, type=_output_folder, help="folder holding austen_checkpoint.pt")
+    exporter.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
     args = parser.parse_args(argv)
+    if args.command == "export":
+        _corpus_or_error(parser, args.corpus)
+        log = export(args.out, args.corpus)
+        print(f"Exported step {log['steps_done']} of {log['config']['steps']}: held-out loss {log['held_out_loss']:.3f}.")
+        return
     config = dict(SIZES[args.size])
     config.update({key: value for key, value in (("steps", args.steps), ("seed", args.seed)) if value is not None})
-    try:
-        austen(args.corpus)
-    except FileNotFoundError as error:
-        parser.error(str(error))
+    _corpus_or_error(parser, args.corpus)
     torch.set_num_threads(args.threads)
     log = train(config, args.out, args.corpus)
     print(f"Held-out loss on {log['held_out_novel']}: {log['held_out_loss']:.3f} nats per token "

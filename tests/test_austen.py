@@ -528,3 +528,15 @@ def test_export_ships_the_last_checkpoint_and_says_so(short_corpus, tmp_path):
     assert log["curve"]["step"] == [5, 10] and (tmp_path / lm.CHECKPOINT_NAME).exists()
     model, _ = lm.load(tmp_path)
     assert model.context_length == 8
+
+
+def test_the_measures_refuse_text_that_is_not_tokens_or_too_short():
+    model = tiny_model()
+    with pytest.raises(TypeError, match="1-D tensor of token ids"):
+        lm_heads.measure(model, [1, 2, 3])
+    with pytest.raises(TypeError, match="1-D tensor of token ids"):
+        lm_heads.measure(model, torch.zeros(100))
+    with pytest.raises(ValueError, match="these measures need at least"):
+        lm_heads.measure(model, torch.zeros(10, dtype=torch.long), windows=2, passages=2, passage_length=4)
+    record = lm_heads.measure(model, torch.randint(0, 50, (64,)), windows=2, passages=2, passage_length=4)
+    assert len(record["ablated_loss"]) == 2 and len(record["induction_score"][0]) == 2

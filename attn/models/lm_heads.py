@@ -39,6 +39,15 @@ def _check_model(model):
         raise TypeError(f"model must be an attn.lm.AustenLM (from attn.lm.load()), got {type_name(model)}")
 
 
+def _check_tokens(tokens, needed):
+    """held-out tokens: a 1-D integer tensor of at least ``needed`` token ids."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        got = f"{tuple(tokens.shape)} {tokens.dtype}" if isinstance(tokens, torch.Tensor) else type_name(tokens)
+        raise TypeError(f"held_out_tokens must be a 1-D tensor of token ids, got {got}")
+    if len(tokens) < needed:
+        raise ValueError(f"held_out_tokens holds {len(tokens)} tokens; these measures need at least {needed}")
+
+
 def _check_weights(weights):
     if not isinstance(weights, torch.Tensor) or weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
         shape = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type_name(weights)
@@ -138,6 +147,7 @@ def _rounded(table):
 def measure(model, held_out_tokens, windows=PROBE_WINDOWS, passages=PASSAGES, passage_length=PASSAGE_LENGTH):
     """Every measure of this module on held-out tokens (N,): a dict ready for JSON."""
     _check_model(model)
+    _check_tokens(held_out_tokens, max(model.context_length * windows, 2 * passage_length * passages) + 1)
     inputs, targets = held_out_windows(held_out_tokens, model.context_length, windows)  # (W, T) each
     _, weights = model(inputs, need_weights=True)  # (L, W, H, T, T)
     loss = window_losses(model, inputs, targets)

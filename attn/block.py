@@ -49,8 +49,8 @@ class TransformerBlock(nn.Module):
         self.residual_dropout = nn.Dropout(dropout)
 
     def forward(
-        self, x, mask=None, key_padding_mask=None, is_causal=False, cache=None,
-        need_weights=False,
+        self, x, mask=None, key_padding_mask=None, is_causal=False,
+        cache=None, need_weights=False,
     ):
         check_block_input(self, x)
         normed = self.norm1(x)  # (B, T, E)

@@ -141,8 +141,7 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.value_proj(value), self.num_kv_heads)
         # One keep-mask broadcastable to (B, H, T_q, T_k), or None:
         keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)
-        if self.rotary_base is not None:
-            q, k = self._rotate(q, k, 0 if cache is None else len(cache))
+        q, k = self._rotate(q, k, cache)  # rotary positions (lesson 13), if any
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
         dropout_p = self.dropout if self.training else 0.0
@@ -154,9 +153,12 @@ class MultiHeadAttention(nn.Module):
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output
 
-    def _rotate(self, q, k, cached):
-        """Rotary positions (lesson 8) for q (B, H, T_q, d) and k (B, H_kv, T_new, d): the new keys sit at
-        cached, cached + 1, ...; the queries at the last T_q of those positions."""
+    def _rotate(self, q, k, cache):
+        """Rotary positions (lesson 8) for q (B, H, T_q, d) and k (B, H_kv, T_new, d), unchanged without a
+        rotary_base: the new keys sit at positions len(cache), len(cache) + 1, ...; the queries at the last T_q."""
+        if self.rotary_base is None:
+            return q, k
+        cached = 0 if cache is None else len(cache)
         key_positions = torch.arange(cached, cached + k.shape[2], device=k.device)  # (T_new,)
         query_positions = key_positions[k.shape[2] - q.shape[2]:] if q.shape[2] <= k.shape[2] else (
             torch.arange(q.shape[2], device=q.device) + cached)  # (T_q,)

@@ -7,8 +7,9 @@ from torch import nn
 from torch.nn import functional
 
 from attn.common import convert
-from attn.common.layer_checks import check_attention_inputs, check_inputs, check_layer_arguments
+from attn.common.layer_checks import check_attention_inputs, check_inputs, check_layer_arguments, check_rotary_base
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
+from attn.positions import apply_rotary
 
 # scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
 SDPA_SHARES_HEADS = torch.__version__ >= (2, 5)
@@ -104,11 +105,14 @@ def _shared_heads(query, key, value):
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch first.
 
-    MultiHeadAttention(embed_dim E, num_heads H, bias=True, dropout=0.0, num_kv_heads=None):
+    MultiHeadAttention(embed_dim E, num_heads H, bias=True, dropout=0.0, num_kv_heads=None, rotary_base=None):
     E must be divisible by H; each head works on d = E / H features. dropout: probability of dropping
     an attention weight, in training mode only (as nn.MultiheadAttention). num_kv_heads H_kv (default H)
     must divide H: the key and value projections make H_kv heads and each serves H / H_kv query heads
-    (grouped-query attention; H_kv = 1 is multi-query attention).
+    (grouped-query attention; H_kv = 1 is multi-query attention). rotary_base: None (no positions
+    inside the layer), or the base of lesson 8's rotary embedding (attn.apply_rotary), which then
+    rotates every head's queries and keys by their positions; positions count from 0, continue from
+    len(cache) with a cache, and the queries are aligned to the end of the keys (self-attention).
 
     forward(query (B, T_q, E), key (B, T_new, E), value (B, T_new, E), mask=None, key_padding_mask=None,
     is_causal=False, need_weights=False, cache=None) returns output (B, T_q, E), or
@@ -127,9 +131,10 @@ class MultiHeadAttention(nn.Module):
     that query, key and value hold no NaN or inf (one reduction per input, a ValueError if they do).
     """
 
-    def __init__(self, embed_dim, num_heads, bias=True, dropout=0.0, num_kv_heads=None):
+    def __init__(self, embed_dim, num_heads, bias=True, dropout=0.0, num_kv_heads=None, rotary_base=None):
         super().__init__()
         embed_dim, num_heads, dropout, num_kv_heads = check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads)
+        self.rotary_base = check_rotary_base(rotary_base, embed_dim // num_heads)
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.head_dim, self.dropout = embed_dim // num_heads, dropout
         self.query_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -148,6 +153,7 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.value_proj(value), self.num_kv_heads)
         # One keep-mask broadcastable to (B, H, T_q, T_k), or None:
         keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)
+        q, k = self._rotate(q, k, cache)  # rotary positions (lesson 13), if any
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
         dropout_p = self.dropout if self.training else 0.0
@@ -158,6 +164,17 @@ class MultiHeadAttention(nn.Module):
             heads, weights = _fused_attention(*attention_inputs), None
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output
+
+    def _rotate(self, q, k, cache):
+        """Rotary positions (lesson 8) for q (B, H, T_q, d) and k (B, H_kv, T_new, d), unchanged without a
+        rotary_base: the new keys sit at positions len(cache), len(cache) + 1, ...; the queries at the last T_q."""
+        if self.rotary_base is None:
+            return q, k
+        cached = 0 if cache is None else len(cache)
+        key_positions = torch.arange(cached, cached + k.shape[2], device=k.device)  # (T_new,)
+        query_positions = key_positions[k.shape[2] - q.shape[2]:] if q.shape[2] <= k.shape[2] else (
+            torch.arange(q.shape[2], device=q.device) + cached)  # (T_q,)
+        return apply_rotary(q, query_positions, self.rotary_base), apply_rotary(k, key_positions, self.rotary_base)
 
     @classmethod
     def from_torch(cls, module):

@@ -4,6 +4,7 @@ the decode bandwidth counts the bytes a step really moves, and each rate is set 
 """
 
 import gc
+import math
 import sys
 import time
 from dataclasses import replace
@@ -257,11 +258,14 @@ def test_the_benchmark_and_the_suite_read_one_table_of_peaks(name, bf16, fp32):
     assert gpu_peaks.data_sheet_peaks(name)["fp32_tflops"] == fp32
 
 
-def test_a_gpu_run_of_the_benchmark_times_many_calls_per_run():
+def test_a_gpu_run_of_the_benchmark_times_many_calls_per_run(monkeypatch):
     """On a device that queues work, a run is back-to-back calls, divided by their number (faked here)."""
     queued = torch.device("meta")  # synchronize() does nothing for it, as for a device with nothing to wait for
-    calls = bench.calls_per_run(lambda: time.sleep(5e-4), queued)
-    assert 2 <= calls <= 4
-    times = timing.seconds_of_each_run(lambda: time.sleep(5e-4), queued, warmup=0, repeats=2, calls=calls)
-    assert len(times) == 2 and all(4e-4 < seconds < 5e-3 for seconds in times)
+    monkeypatch.setattr(bench, "seconds_of_each_run", lambda *arguments, **options: [5e-4])  # one call: 0.5 ms
+    calls = bench.calls_per_run(lambda: None, queued)
+    assert calls == math.ceil(bench.RUN_SECONDS / 5e-4)
+    counted = []
+    times = timing.seconds_of_each_run(lambda: counted.append(time.sleep(5e-4)), queued, warmup=0, repeats=2, calls=3)
+    assert len(counted) == 6, "each run makes its calls back to back"
+    assert len(times) == 2 and all(seconds >= 5e-4 for seconds in times), "a run's time is divided by its calls"
     assert bench.calls_per_run(lambda: None, CPU) == 1

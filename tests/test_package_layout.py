@@ -26,7 +26,7 @@ ALLOWED = {
 }
 # The public paths that /work/shared/COURSE.md promises for modules that live in a subpackage: a thin front door
 # each, which only re-exports (checked below), so they count as the group they point into.
-FRONT_DOORS = {}
+FRONT_DOORS = {"attn.corpus": "models", "attn.lm": "models"}
 LONG_MODULES = {
     # module: why it stays whole
     "attn/course/exercises/primer.py": "the interlude's four exercises and their named mistakes, "
@@ -98,6 +98,15 @@ def test_every_subpackage_is_installed():
     listed = (ROOT / "pyproject.toml").read_text()
     for init in PACKAGE.rglob("__init__.py"):
         assert f'"{module_name(init)}"' in listed, f"pyproject.toml's packages lack {module_name(init)}"
+
+
+@pytest.mark.parametrize("name", sorted(FRONT_DOORS))
+def test_a_front_door_only_re_exports(name):
+    """A public path such as attn.lm holds imports, __all__ and the command line's entry: no code of its own."""
+    tree = ast.parse((PACKAGE.parent / f"{name.replace('.', '/')}.py").read_text())
+    kinds = {type(node).__name__ for node in tree.body[1:]}  # after the docstring
+    extra = kinds - {"ImportFrom", "Assign", "If"}
+    assert not extra, f"{name} defines {extra}: keep its code in attn.models"
 
 
 def test_the_direction_check_catches_a_layer_that_imports_a_model(tmp_path):

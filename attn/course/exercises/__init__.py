@@ -22,6 +22,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson10,
     lesson11,
     lesson12,
+    lesson13,
     lesson15,
     primer,
 )

@@ -21,16 +21,18 @@ class TransformerBlock(nn.Module):
     cache=None) -> (B, T, E); the masks mean what they mean for
     MultiHeadAttention. num_kv_heads and cache belong to lesson 10 (grouped
     heads and the KV cache, one KVCache per block); with their default, None,
-    the block is exactly the two lines above.
+    the block is exactly the two lines above. window and sink_tokens (lesson 14) make the
+    attention a sliding window's (see MultiHeadAttention).
     """
 
     def __init__(
         self, embed_dim, num_heads, mlp_ratio=4, dropout=0.0,
-        num_kv_heads=None, activation="gelu",
+        num_kv_heads=None, activation="gelu", window=None, sink_tokens=0,
     ):
         super().__init__()
         self.attention = MultiHeadAttention(
-            embed_dim, num_heads, dropout=dropout, num_kv_heads=num_kv_heads
+            embed_dim, num_heads, dropout=dropout, num_kv_heads=num_kv_heads,
+            window=window, sink_tokens=sink_tokens,
         )
         # the MLP's hidden width, mlp_ratio * E:
         hidden = check_block_arguments(embed_dim, mlp_ratio, activation)

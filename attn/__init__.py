@@ -15,6 +15,7 @@ from attn.softmax import softmax
 _LAZY = {
     "KVCache": "attn.kvcache",
     "MultiHeadAttention": "attn.multihead",
+    "RingKVCache": "attn.ring_cache",
     "TransformerBlock": "attn.block",
     "apply_rotary": "attn.positions",
 }
@@ -22,6 +23,7 @@ _LAZY = {
 __all__ = [
     "KVCache",
     "MultiHeadAttention",
+    "RingKVCache",
     "TransformerBlock",
     "apply_rotary",
     "causal_mask",

@@ -89,7 +89,8 @@ def check_layer_types(layer_types, num_layers, window):
     if not isinstance(layer_types, list | tuple) or not all(isinstance(kind, str) for kind in layer_types):
         raise TypeError(f"layer_types must be a list of 'local' or 'global', one per layer, got {type_name(layer_types)}")
     if len(layer_types) != num_layers or not set(layer_types) <= {"local", "global"}:
-        raise ValueError(f"layer_types must list 'local' or 'global' for each of the {num_layers} layers, got {list(layer_types)}")
+        raise ValueError(f"layer_types must list 'local' or 'global' for each of the {num_layers} layers, "
+                         f"got {list(layer_types)}")
     if "local" in layer_types and window is None:
         raise ValueError("layer_types has local layers but window is None; give the window they use")
     return tuple(layer_types)

@@ -219,7 +219,9 @@ class ModelAttention(torch.nn.Module):
                 (layer.query_proj, module.q_proj, num_heads, True), (layer.key_proj, module.k_proj, num_kv_heads, True),
                 (layer.value_proj, module.v_proj, num_kv_heads, False), (layer.out_proj, module.o_proj, 1, False),
             ):
-                rows = (torch.arange(heads)[:, None] * head_dim + pairing).flatten() if reorder else torch.arange(ours.out_features)
+                rows = torch.arange(ours.out_features)
+                if reorder:  # each head's features in the course's rotary pairing
+                    rows = (torch.arange(heads)[:, None] * head_dim + pairing).flatten()
                 ours.weight.copy_(theirs.weight[rows])
                 if ours.bias is not None:
                     ours.bias.copy_(theirs.bias[rows])

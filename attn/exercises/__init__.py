@@ -21,6 +21,7 @@ from attn.exercises import (  # noqa: F401
     lesson10,
     lesson11,
     lesson12,
+    lesson14,
     primer,
 )
 from attn.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

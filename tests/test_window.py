@@ -1,7 +1,9 @@
 """Lesson 14: sliding windows, the ring-buffer cache and sinks, against loops, flex_attention and transformers."""
 
+import json
 import os
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,12 +11,14 @@ import torch
 import attn
 from attn import KVCache, MultiHeadAttention, RingKVCache
 from attn.decoder import Decoder, stepwise_logits
+from attn.models import window_runs
 from attn.window import (
     sink_attention,
     sink_rescale,
     sliding_window_mask,
     window_keep_mask,
 )
+from tests.notebooks import ROOT, teaching_namespace
 
 
 def window_loop(t_q, t_k, window, sink_tokens=0):
@@ -250,3 +254,58 @@ def test_windowed_decoder_steps_equal_the_full_pass():
         full = model(tokens)
     torch.testing.assert_close(stepwise_logits(model, tokens), full, rtol=0, atol=1e-10)
     torch.testing.assert_close(stepwise_logits(model, tokens, [7, 1, 20, 32]), full, rtol=0, atol=1e-10)
+
+
+# The lesson's loop, and the capability runs the lesson reads -------------------------------------
+
+
+def test_the_lesson_s_loop_equals_the_package():
+    loop = teaching_namespace(ROOT / "lessons" / "14_windows_and_sinks.ipynb")["window_mask_loop"]
+    for t_q, t_k, window, sinks in [(8, 8, 3, 2), (5, 13, 4, 1), (1, 6, 1, 0), (9, 9, 12, 3), (4, 4, 2, 0)]:
+        assert (loop(t_q, t_k, window, sinks) == sliding_window_mask(t_q, t_k, window, sinks).numpy()).all()
+
+
+def shipped_runs():
+    return json.loads((ROOT / "lessons" / "models" / window_runs.RUNS_NAME).read_text())
+
+
+def test_the_shipped_runs_hold_what_the_lesson_says():
+    record = shipped_runs()
+    window, distances = record["task"]["window"], record["distances"]
+    assert record["seeds"] == [0, 1, 2] and set(record["stacks"]) == set(window_runs.STACKS)
+    for run in record["runs"]:
+        layers = record["stacks"][run["stack"]]
+        reach = len(layers) * (window - 1) if "global" not in layers else max(distances)
+        inside = [a for d, a in zip(distances, run["accuracy"], strict=True) if d <= reach]
+        beyond = [a for d, a in zip(distances, run["accuracy"], strict=True) if d > reach]
+        assert min(inside) >= 0.95, run["stack"]
+        assert not beyond or max(beyond) <= 0.3, run["stack"]  # chance is 1/8
+
+
+@pytest.mark.parametrize("stack, seed", [("1 local", 0), ("local + global", 2)])
+def test_the_runs_reproduce_their_first_steps(stack, seed):
+    shipped = next(run for run in shipped_runs()["runs"] if (run["stack"], run["seed"]) == (stack, seed))
+    again = window_runs.run(stack, seed, steps=window_runs.FIRST_LOSSES, per_distance=1)
+    assert again["first_losses"] == pytest.approx(shipped["first_losses"], abs=1e-4)
+
+
+def test_the_runs_command_writes_its_record_and_refuses_bad_arguments(tmp_path, capsys):
+    window_runs.main(["--out", str(tmp_path), "--stacks", "1 local", "--seeds", "3", "--steps", "2",
+                      "--per-distance", "1"])
+    record = json.loads((tmp_path / window_runs.RUNS_NAME).read_text())
+    assert [(run["stack"], run["seed"]) for run in record["runs"]] == [("1 local", 3)]
+    assert len(record["runs"][0]["accuracy"]) == len(record["distances"]) == window_runs.LENGTH - 1
+    assert "1 local, seed 3" in capsys.readouterr().out
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for arguments, words in (
+        (["--out", str(blocker)], "is a file"),
+        (["--out", str(tmp_path), "--stacks", "4 local"], "unknown stack '4 local'"),
+        (["--out", str(tmp_path), "--steps", "0"], "positive whole number"),
+        (["--out", str(tmp_path), "--seeds", "-1"], "a seed is a whole number"),
+        (["--out", str(tmp_path), "--per-distance", "x"], "positive whole number"),
+    ):
+        with pytest.raises(SystemExit):
+            window_runs.main(arguments)
+        assert words in capsys.readouterr().err, arguments
+    assert Path(tmp_path / window_runs.RUNS_NAME).exists()

@@ -199,6 +199,13 @@ class ModelAttention(torch.nn.Module):
         sinks and QK-norm taken from the module. ``rotary_base``: the base its model's rotary uses."""
         from attn.multihead import MultiHeadAttention
 
+        needed = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling")
+        if not isinstance(module, torch.nn.Module) or not all(hasattr(module, name) for name in needed):
+            raise TypeError(f"module must be a transformers attention layer (MistralAttention, Gemma3Attention or "
+                            f"GptOssAttention), got {type_name(module)}")
+        if rotary_base is not None and (isinstance(rotary_base, bool) or not isinstance(rotary_base, numbers.Real)
+                                        or not rotary_base > 0):
+            raise ValueError(f"rotary_base must be None or a positive number, got {rotary_base!r}")
         head_dim = module.head_dim
         num_heads = module.q_proj.out_features // head_dim
         num_kv_heads = module.k_proj.out_features // head_dim

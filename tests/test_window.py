@@ -13,6 +13,7 @@ from attn import KVCache, MultiHeadAttention, RingKVCache
 from attn.decoder import Decoder, stepwise_logits
 from attn.models import window_runs
 from attn.window import (
+    ModelAttention,
     sink_attention,
     sink_rescale,
     sliding_window_mask,
@@ -309,3 +310,37 @@ def test_the_runs_command_writes_its_record_and_refuses_bad_arguments(tmp_path, 
             window_runs.main(arguments)
         assert words in capsys.readouterr().err, arguments
     assert Path(tmp_path / window_runs.RUNS_NAME).exists()
+
+
+def test_from_transformers_refuses_what_is_not_an_attention_layer():
+    with pytest.raises(TypeError, match="must be a transformers attention layer"):
+        ModelAttention.from_transformers(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="must be a transformers attention layer"):
+        ModelAttention.from_transformers("MistralAttention")
+
+
+def test_published_caches_follow_their_sources():
+    from attn.published_caches import PUBLISHED, cache_table
+
+    mistral, gemma, gpt_oss = PUBLISHED
+    assert [model.layers for model in PUBLISHED] == [32, 62, 36]
+    assert sum(window is None for window in gemma.windows) == 10 and gemma.windows[:6] == (1024,) * 5 + (None,)
+    assert gpt_oss.windows[:4] == (128, None, 128, None)
+    # Mistral 7B's paper: the rolling buffer makes the cache 8x smaller at 32k tokens.
+    assert mistral.cache_bytes(32768, windowed=False) == 8 * mistral.cache_bytes(32768)
+    assert mistral.cache_bytes(4096) == 32 * 4096 * 2 * 8 * 128 * 2 == mistral.cache_bytes(10**6)
+    assert len(cache_table((1, 2))) == 6
+    for bad in (-1, 2.5, True, "4096"):
+        with pytest.raises(ValueError, match="length must be a whole number"):
+            mistral.cache_bytes(bad)
+
+
+def test_the_window_benchmark_times_both_caches():
+    from attn.bench import window_decode_times
+
+    rows = window_decode_times(lengths=(8, 32), window=4, embed_dim=8, num_heads=2, num_layers=1, warmup=0, repeats=1)
+    assert [(row["length"], row["cache"]) for row in rows] == [(8, "growing"), (32, "growing"), (8, "ring (W=4)"),
+                                                              (32, "ring (W=4)")]
+    per_position = 2 * 2 * 4 * 4  # keys and values, H_kv = 2, d = 4, float32
+    assert [row["cache_bytes"] for row in rows] == [8 * per_position, 32 * per_position, 4 * per_position, 4 * per_position]
+    assert all(row["seconds"] > 0 for row in rows)

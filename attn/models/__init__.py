@@ -1,1 +1,1 @@
-"""Trained models and the experiments that train them (Part 3 and on)."""
+"""Models the course trains: Part 3's corpus, tokenizer and language model (lesson 13)."""

@@ -1,0 +1,128 @@
+"""Lesson 13's Austen model read with a sliding window at inference, with and without sink tokens (lesson 14).
+
+    python -m attn.models.window_austen --out lessons/models
+
+The StreamingLLM experiment (Xiao et al. 2024) on the course's own model: stretches of the held-out
+novel, several times longer than the model's training context, are read with full causal attention,
+with a window of WINDOW keys in every layer, and with the same window plus the first few tokens kept
+(sink tokens). The loss at each position, averaged over the stretches and over bins of positions,
+is written to window_austen.json, so the lesson plots it without the corpus. The window is set on the
+model's own layers (``set_window``), so the full pass is exactly what decoding through RingKVCaches
+gives (the tests check that).
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch.nn import functional
+
+from attn.destinations import folder_problem
+from attn.window import check_window_arguments
+
+WINDOW = 64
+SINK_COUNTS = (0, 1, 4)
+STREAM_LENGTH = 1024
+STREAMS = 16
+BIN = 32
+RESULTS_NAME = "window_austen.json"
+
+
+def set_window(model, window, sink_tokens=0):
+    """Give every attention layer of ``model`` (its ``blocks``) this window and these sinks; None: full attention."""
+    window, sink_tokens = check_window_arguments(window, sink_tokens)
+    for block in model.blocks:
+        block.attention.window, block.attention.sink_tokens = window, sink_tokens
+    return model
+
+
+def held_out_streams(tokens, length=STREAM_LENGTH, count=STREAMS):
+    """``count`` non-overlapping stretches (count, length) of the token ids ``tokens`` (N,), evenly spread."""
+    if len(tokens) < count * length:
+        raise ValueError(f"{count} stretches of {length} tokens need {count * length} tokens, the text has {len(tokens)}")
+    step = len(tokens) // count
+    return torch.stack([tokens[start:start + length] for start in range(0, step * count, step)])
+
+
+@torch.no_grad()
+def loss_by_position(model, streams):
+    """Next-token cross-entropy (length - 1,) at each position, averaged over the streams (S, length)."""
+    losses = []
+    for stream in streams:  # one at a time: the scores of a long stretch are large
+        logits = model(stream[None, :-1])[0]  # (length - 1, V)
+        losses.append(functional.cross_entropy(logits, stream[1:], reduction="none"))
+    return torch.stack(losses).mean(dim=0)
+
+
+def binned(values, size=BIN):
+    """Means of consecutive bins of ``size`` values (the last bin may be shorter), rounded to 4 decimals."""
+    return [round(chunk.mean().item(), 4) for chunk in values.split(size)]
+
+
+def conditions(window=WINDOW, sink_counts=SINK_COUNTS):
+    """(name, window, sink_tokens): full attention, then the window with each number of sinks."""
+    found = [("full attention", None, 0)]
+    for sinks in sink_counts:
+        found.append((f"window {window}" + (f" + {sinks} sink{'s' if sinks > 1 else ''}" if sinks else ""), window, sinks))
+    return found
+
+
+def measure(model, streams, window=WINDOW, sink_counts=SINK_COUNTS, bin_size=BIN, progress=print):
+    """The record: for each condition, the loss by bin of positions and the mean beyond the window."""
+    record = {"window": window, "sink_counts": list(sink_counts), "stream_length": streams.shape[1],
+              "streams": streams.shape[0], "bin": bin_size, "context_length": model.context_length, "conditions": []}
+    for name, kept, sinks in conditions(window, sink_counts):
+        started = time.perf_counter()
+        set_window(model, kept, sinks)
+        losses = loss_by_position(model, streams)  # (length - 1,)
+        record["conditions"].append({
+            "name": name, "window": kept, "sink_tokens": sinks, "loss_by_bin": binned(losses, bin_size),
+            "mean_beyond_window": round(losses[window:].mean().item(), 4),
+            "mean_beyond_context": round(losses[model.context_length:].mean().item(), 4),
+        })
+        progress(f"{name:>22}: mean loss beyond the window {record['conditions'][-1]['mean_beyond_window']:.3f}, "
+                 f"{time.perf_counter() - started:.0f} s")
+    set_window(model, None)
+    return record
+
+
+def run(out, corpus=None, models=None, window=WINDOW, sink_counts=SINK_COUNTS, length=STREAM_LENGTH, count=STREAMS):
+    """Load lesson 13's model and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record."""
+    from attn.models.corpus import austen
+    from attn.models.lm import HELD_OUT, load, token_tensor
+
+    model, tokenizer = load(models)
+    streams = held_out_streams(token_tensor(tokenizer, [austen(corpus)[HELD_OUT]]), length, count)
+    record = measure(model, streams, window, sink_counts)
+    record.update({"held_out": HELD_OUT, "torch": torch.__version__, "threads": torch.get_num_threads()})
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / RESULTS_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def _output_folder(text):
+    problem = folder_problem(text)
+    if problem is None and (Path(text) / RESULTS_NAME).is_dir():
+        problem = f"{Path(text) / RESULTS_NAME} is a folder, so the file of that name cannot be written; move it away"
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m attn.models.window_austen",
+        description="Read the held-out novel with lesson 13's model: full attention, a window, a window with sinks.")
+    parser.add_argument("--out", required=True, type=_output_folder, help=f"folder for {RESULTS_NAME}")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the same sums in the same order on every machine
+    try:
+        run(args.out)
+    except FileNotFoundError as error:  # the corpus or the model is missing: say which command makes it
+        parser.error(str(error))
+
+
+if __name__ == "__main__":
+    main()

@@ -47,13 +47,13 @@ def held_out_streams(tokens, length=STREAM_LENGTH, count=STREAMS):
 
 
 @torch.no_grad()
-def loss_by_position(model, streams):
-    """Next-token cross-entropy (length - 1,) at each position, averaged over the streams (S, length)."""
+def stream_losses(model, streams):
+    """Next-token cross-entropy (S, length - 1) at each position of each stream (S, length)."""
     losses = []
     for stream in streams:  # one at a time: the scores of a long stretch are large
         logits = model(stream[None, :-1])[0]  # (length - 1, V)
         losses.append(functional.cross_entropy(logits, stream[1:], reduction="none"))
-    return torch.stack(losses).mean(dim=0)
+    return torch.stack(losses)
 
 
 def binned(values, size=BIN):
@@ -76,9 +76,11 @@ def measure(model, streams, window=WINDOW, sink_counts=SINK_COUNTS, bin_size=BIN
     for name, kept, sinks in conditions(window, sink_counts):
         started = time.perf_counter()
         set_window(model, kept, sinks)
-        losses = loss_by_position(model, streams)  # (length - 1,)
+        each = stream_losses(model, streams)  # (S, length - 1)
+        losses = each.mean(dim=0)  # (length - 1,)
         record["conditions"].append({
             "name": name, "window": kept, "sink_tokens": sinks, "loss_by_bin": binned(losses, bin_size),
+            "first_stream_loss_by_bin": binned(each[0], bin_size),
             "mean_beyond_window": round(losses[window:].mean().item(), 4),
             "mean_beyond_context": round(losses[model.context_length:].mean().item(), 4),
         })

@@ -40,7 +40,7 @@ class RingKVCache(KVCache):
         self.capacity = self.window + self.sink_tokens
         self._key_buffer = self._value_buffer = None
         self._seen = 0
-        self._slot_positions = torch.full((self.capacity,), -1)  # absolute position held by each slot
+        self._slot_positions = None  # (capacity,): the absolute position each slot holds, -1 while empty
         self.key_positions = torch.zeros(0, dtype=torch.long)  # of the keys the last append returned
 
     def __len__(self):
@@ -60,7 +60,8 @@ class RingKVCache(KVCache):
         """Forget every position (the buffers are kept, to be written over)."""
         super().reset()
         self._seen = 0
-        self._slot_positions.fill_(-1)
+        if self._slot_positions is not None:
+            self._slot_positions.fill_(-1)
         self.key_positions = torch.zeros(0, dtype=torch.long)
 
     def slots(self, positions):
@@ -96,7 +97,13 @@ class RingKVCache(KVCache):
         held = self._key_buffer
         if held is not None and held.shape == shape and held.dtype == keys.dtype and held.device == keys.device:
             return
-        self._key_buffer, self._value_buffer = keys.new_zeros(shape), keys.new_zeros(shape)
+        try:
+            self._key_buffer, self._value_buffer = keys.new_zeros(shape), keys.new_zeros(shape)
+            self._slot_positions = torch.full((self.capacity,), -1)
+        except (RuntimeError, MemoryError):  # PyTorch's allocator: not enough memory for the buffers
+            gib = 2 * keys.element_size() * batch * num_kv_heads * self.capacity * head_dim / 2**30
+            raise ValueError(f"the ring buffers of {self.capacity:,} positions need {gib:,.1f} GiB, more than this machine "
+                             "could allocate; use a smaller window") from None
 
     def __repr__(self):
         if self._keys is None:

@@ -15,6 +15,8 @@ import torch
 from attn.ring_cache import RingKVCache
 from attn.validate import check_attention_shapes, require_tensor, type_name
 
+MAX_MASK_ENTRIES = 2**32  # 4 GiB of booleans: a larger mask is surely a mistake
+
 
 def check_window_arguments(window, sink_tokens):
     """``window`` (None or a positive int) and ``sink_tokens`` (an int >= 0, only with a window)."""
@@ -69,6 +71,9 @@ def sliding_window_mask(t_q, t_k, window, sink_tokens=0, device=None):
     t_q, t_k = _check_length("T_q", t_q), _check_length("T_k", t_k)
     if t_q > t_k:
         raise ValueError(f"T_q={t_q} is more than T_k={t_k}: end-aligned, each query needs its own key among the keys")
+    if t_q * t_k > MAX_MASK_ENTRIES:
+        raise ValueError(f"a ({t_q}, {t_k}) mask would hold {t_q * t_k:,} entries, more than {MAX_MASK_ENTRIES:,}; "
+                         "decode with an attn.RingKVCache instead of building the whole mask")
     key_positions = torch.arange(t_k, device=device)  # (T_k,)
     return window_keep_mask(key_positions[t_k - t_q:], key_positions, window, sink_tokens)
 

@@ -74,6 +74,8 @@ def test_ring_order_does_not_matter():
         (lambda: sliding_window_mask(6, 5, 2), ValueError, "T_q=6 is more than T_k=5"),
         (lambda: sliding_window_mask(-1, 5, 2), ValueError, "T_q must be 0 or more"),
         (lambda: sliding_window_mask("5", 5, 2), TypeError, "T_q must be an int"),
+        (lambda: sliding_window_mask(10**6, 10**6, 2), ValueError, "decode with an attn.RingKVCache"),
+        (lambda: RingKVCache(2**50).append(torch.zeros(1, 1, 1, 8), torch.zeros(1, 1, 1, 8)), ValueError, "use a smaller window"),
         (lambda: sliding_window_mask(5, 5, 2, sink_tokens=-1), ValueError, "sink_tokens must be 0 or more"),
         (lambda: sliding_window_mask(5, 5, 2, sink_tokens=1.0), TypeError, "sink_tokens must be an int"),
         (lambda: window_keep_mask(torch.zeros(3), torch.arange(3), 2), ValueError, "1-D integer tensor"),

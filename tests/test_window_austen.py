@@ -45,16 +45,19 @@ def test_streams_and_bins():
 
 def test_measure_writes_every_condition():
     streams = torch.randint(50, (2, 40), generator=torch.Generator().manual_seed(2))
-    record = window_austen.measure(small_model(), streams, window=8, sink_counts=(0, 2), bin_size=8, progress=lambda _: None)
-    assert [c["name"] for c in record["conditions"]] == ["full attention", "window 8", "window 8 + 2 sinks"]
+    record = window_austen.measure(small_model(), streams, windows=(4, 8), sink_counts=(0, 2), bin_size=8,
+                                   progress=lambda _: None)
+    assert [c["name"] for c in record["conditions"]] == [
+        "full attention", "window 4", "window 4 + 2 sinks", "window 8", "window 8 + 2 sinks"]
     assert all(len(c["loss_by_bin"]) == 5 for c in record["conditions"])
+    assert len(record["first_token_weight_by_layer"]) == 2 and all(0 < w < 1 for w in record["first_token_weight_by_layer"])
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="the measurement has not been shipped in this tree")
 def test_the_shipped_measurement_and_its_first_stretch():
     record = json.loads(RESULTS.read_text())
     names = [c["name"] for c in record["conditions"]]
-    assert names[0] == "full attention" and len(names) == 1 + len(record["sink_counts"])
+    assert names[0] == "full attention" and len(names) == 1 + len(record["windows"]) * len(record["sink_counts"])
     bins = -(-(record["stream_length"] - 1) // record["bin"])
     assert all(len(c["loss_by_bin"]) == bins for c in record["conditions"])
     try:

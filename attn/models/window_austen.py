@@ -4,9 +4,10 @@
 
 The StreamingLLM experiment (Xiao et al. 2024) on the course's own model: stretches of the held-out
 novel, several times longer than the model's training context, are read with full causal attention,
-with a window of WINDOW keys in every layer, and with the same window plus the first few tokens kept
-(sink tokens). The loss at each position, averaged over the stretches and over bins of positions,
-is written to window_austen.json, so the lesson plots it without the corpus. The window is set on the
+with a window of each size in WINDOWS in every layer, and with the same windows plus the first few
+tokens kept (sink tokens). The loss at each position, averaged over the stretches and over bins of
+positions, and how much attention the model gives its first token, are written to window_austen.json,
+so the lesson plots them without the corpus. The window is set on the
 model's own layers (``set_window``), so the full pass is exactly what decoding through RingKVCaches
 gives (the tests check that).
 """
@@ -22,8 +23,8 @@ from torch.nn import functional
 from attn.destinations import folder_problem
 from attn.window import check_window_arguments
 
-WINDOW = 64
-SINK_COUNTS = (0, 1, 4)
+WINDOWS = (16, 64)
+SINK_COUNTS = (0, 4)
 STREAM_LENGTH = 1024
 STREAMS = 16
 BIN = 32
@@ -61,19 +62,33 @@ def binned(values, size=BIN):
     return [round(chunk.mean().item(), 4) for chunk in values.split(size)]
 
 
-def conditions(window=WINDOW, sink_counts=SINK_COUNTS):
-    """(name, window, sink_tokens): full attention, then the window with each number of sinks."""
+def conditions(windows=WINDOWS, sink_counts=SINK_COUNTS):
+    """(name, window, sink_tokens): full attention, then each window with each number of sinks."""
     found = [("full attention", None, 0)]
-    for sinks in sink_counts:
-        found.append((f"window {window}" + (f" + {sinks} sink{'s' if sinks > 1 else ''}" if sinks else ""), window, sinks))
+    for window in windows:
+        for sinks in sink_counts:
+            name = f"window {window}" + (f" + {sinks} sink{'s' if sinks > 1 else ''}" if sinks else "")
+            found.append((name, window, sinks))
     return found
 
 
-def measure(model, streams, window=WINDOW, sink_counts=SINK_COUNTS, bin_size=BIN, progress=print):
-    """The record: for each condition, the loss by bin of positions and the mean beyond the window."""
-    record = {"window": window, "sink_counts": list(sink_counts), "stream_length": streams.shape[1],
-              "streams": streams.shape[0], "bin": bin_size, "context_length": model.context_length, "conditions": []}
-    for name, kept, sinks in conditions(window, sink_counts):
+@torch.no_grad()
+def first_token_weight(model, streams, skip=BIN):
+    """Mean attention weight on position 0, by layer (L,), of the queries from ``skip`` to the training
+    context's end (full attention): how much of its attention the model gives the first token."""
+    length = min(model.context_length, streams.shape[1])
+    _, weights = model(streams[:, :length], need_weights=True)  # weights (L, S, H, T, T)
+    return [round(value, 4) for value in weights[:, :, :, skip:, 0].mean(dim=(1, 2, 3)).tolist()]
+
+
+def measure(model, streams, windows=WINDOWS, sink_counts=SINK_COUNTS, bin_size=BIN, progress=print):
+    """The record: for each condition, the loss by bin of positions and the means beyond the window and the
+    training context; and the weight the model gives the first token, by layer."""
+    set_window(model, None)
+    record = {"windows": list(windows), "sink_counts": list(sink_counts), "stream_length": streams.shape[1],
+              "streams": streams.shape[0], "bin": bin_size, "context_length": model.context_length,
+              "first_token_weight_by_layer": first_token_weight(model, streams, bin_size), "conditions": []}
+    for name, kept, sinks in conditions(windows, sink_counts):
         started = time.perf_counter()
         set_window(model, kept, sinks)
         each = stream_losses(model, streams)  # (S, length - 1)
@@ -81,23 +96,23 @@ def measure(model, streams, window=WINDOW, sink_counts=SINK_COUNTS, bin_size=BIN
         record["conditions"].append({
             "name": name, "window": kept, "sink_tokens": sinks, "loss_by_bin": binned(losses, bin_size),
             "first_stream_loss_by_bin": binned(each[0], bin_size),
-            "mean_beyond_window": round(losses[window:].mean().item(), 4),
+            "mean_beyond_window": None if kept is None else round(losses[kept:].mean().item(), 4),
             "mean_beyond_context": round(losses[model.context_length:].mean().item(), 4),
         })
-        progress(f"{name:>22}: mean loss beyond the window {record['conditions'][-1]['mean_beyond_window']:.3f}, "
-                 f"{time.perf_counter() - started:.0f} s")
+        progress(f"{name:>22}: mean loss beyond the training context "
+                 f"{record['conditions'][-1]['mean_beyond_context']:.3f}, {time.perf_counter() - started:.0f} s")
     set_window(model, None)
     return record
 
 
-def run(out, corpus=None, models=None, window=WINDOW, sink_counts=SINK_COUNTS, length=STREAM_LENGTH, count=STREAMS):
+def run(out, corpus=None, models=None, windows=WINDOWS, sink_counts=SINK_COUNTS, length=STREAM_LENGTH, count=STREAMS):
     """Load lesson 13's model and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record."""
     from attn.models.corpus import austen
     from attn.models.lm import HELD_OUT, load, token_tensor
 
     model, tokenizer = load(models)
     streams = held_out_streams(token_tensor(tokenizer, [austen(corpus)[HELD_OUT]]), length, count)
-    record = measure(model, streams, window, sink_counts)
+    record = measure(model, streams, windows, sink_counts)
     record.update({"held_out": HELD_OUT, "torch": torch.__version__, "threads": torch.get_num_threads()})
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / RESULTS_NAME).write_text(json.dumps(record, indent=1) + "\n")

@@ -212,8 +212,9 @@ def sequence_accuracy(generated, expected):
 
 def check_tokens(model, tokens, name="tokens"):
     """``tokens`` must be an integer tensor (B, T) of ids in [0, vocab_size) on the model's device."""
-    if not isinstance(model, Decoder):
-        raise TypeError(f"model must be an attn.decoder.Decoder, got {type_name(model)}")
+    if not isinstance(model, Decoder) and not _decoder_like(model):
+        raise TypeError(f"model must be an attn.decoder.Decoder, got {type_name(model)} "
+                        "(or a module with its interface, as lesson 13's model: vocab_size, max_length, readout, new_caches)")
     require_tensor(name, tokens)
     if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
         raise TypeError(f"{name} must hold integer token ids, got {tokens.dtype}; convert it with {name}.long()")
@@ -228,6 +229,12 @@ def check_tokens(model, tokens, name="tokens"):
     if tokens.numel() and (tokens.min() < 0 or tokens.max() >= model.vocab_size):
         lowest, highest = tokens.min().item(), tokens.max().item()
         raise ValueError(f"{name} must be token ids from 0 to {model.vocab_size - 1}, got values from {lowest} to {highest}")
+
+
+def _decoder_like(model):
+    """True for a module that generates like a Decoder (lesson 13's AustenLM): same attributes, same call."""
+    needed = ("vocab_size", "max_length", "readout", "new_caches", "blocks")
+    return isinstance(model, nn.Module) and all(hasattr(model, name) for name in needed)
 
 
 def check_decoder_call(model, tokens, caches):

@@ -8,7 +8,8 @@ from torch.nn import functional
 
 from attn import convert
 from attn.masks import add_causal, build_keep_mask, open_empty_rows
-from attn.validate import check_attention_shapes, check_inputs, check_layer_arguments
+from attn.positions import apply_rotary
+from attn.validate import check_attention_shapes, check_inputs, check_layer_arguments, check_rotary_base
 from attn.window import check_window_arguments, check_window_call, layer_keep_mask, sink_attention
 
 # scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
@@ -93,11 +94,15 @@ def _shared_heads(query, key, value):
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch first.
 
-    MultiHeadAttention(embed_dim E, num_heads H, bias=True, dropout=0.0, num_kv_heads=None):
+    MultiHeadAttention(embed_dim E, num_heads H, bias=True, dropout=0.0, num_kv_heads=None, rotary_base=None,
+    window=None, sink_tokens=0, learned_sinks=False):
     E must be divisible by H; each head works on d = E / H features. dropout: probability of dropping
     an attention weight, in training mode only (as nn.MultiheadAttention). num_kv_heads H_kv (default H)
     must divide H: the key and value projections make H_kv heads and each serves H / H_kv query heads
-    (grouped-query attention; H_kv = 1 is multi-query attention).
+    (grouped-query attention; H_kv = 1 is multi-query attention). rotary_base: None (no positions
+    inside the layer), or the base of lesson 8's rotary embedding (attn.apply_rotary), which then
+    rotates every head's queries and keys by their positions; positions count from 0, continue from
+    len(cache) with a cache, and the queries are aligned to the end of the keys (self-attention).
     Lesson 14: window W (default None, every key) lets the query at position p see keys
     p - W < j <= p only (causal, whatever is_causal says), plus the first sink_tokens positions;
     learned_sinks=True adds one learned logit per head to each softmax's denominator (gpt-oss),
@@ -123,10 +128,11 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(
         self, embed_dim, num_heads, bias=True, dropout=0.0, num_kv_heads=None,
-        window=None, sink_tokens=0, learned_sinks=False,
+        rotary_base=None, window=None, sink_tokens=0, learned_sinks=False,
     ):
         super().__init__()
         embed_dim, num_heads, dropout, num_kv_heads = check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads)
+        self.rotary_base = check_rotary_base(rotary_base, embed_dim // num_heads)
         self.window, self.sink_tokens = check_window_arguments(window, sink_tokens)  # lesson 14
         if not isinstance(learned_sinks, bool):
             raise TypeError(f"learned_sinks must be True or False, got {type(learned_sinks).__name__} {learned_sinks!r}")
@@ -152,6 +158,8 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.value_proj(value), self.num_kv_heads)
         # One keep-mask broadcastable to (B, H, T_q, T_k), or None:
         keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)
+        if self.rotary_base is not None:
+            q, k = self._rotate(q, k, 0 if cache is None else len(cache))
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
         if self.window is not None:  # lesson 14: the window's mask, causal by itself
@@ -172,6 +180,14 @@ class MultiHeadAttention(nn.Module):
     def _sink_attention(self, q, k, v, keep_mask, dropout_p, is_causal):
         keep_mask = add_causal(keep_mask, is_causal, q.shape[2], k.shape[2], q.device)
         return sink_attention(q, k, v, self.sink_logits, keep_mask)
+
+    def _rotate(self, q, k, cached):
+        """Rotary positions (lesson 8) for q (B, H, T_q, d) and k (B, H_kv, T_new, d): the new keys sit at
+        cached, cached + 1, ...; the queries at the last T_q of those positions."""
+        key_positions = torch.arange(cached, cached + k.shape[2], device=k.device)  # (T_new,)
+        query_positions = key_positions[k.shape[2] - q.shape[2]:] if q.shape[2] <= k.shape[2] else (
+            torch.arange(q.shape[2], device=q.device) + cached)  # (T_q,)
+        return apply_rotary(q, query_positions, self.rotary_base), apply_rotary(k, key_positions, self.rotary_base)
 
     @classmethod
     def from_torch(cls, module):

@@ -100,6 +100,20 @@ def check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads):
     return embed_dim, num_heads, probability("dropout", dropout), num_kv_heads
 
 
+def check_rotary_base(rotary_base, head_dim):
+    """None, or a finite number > 1 to use as the rotary base; head_dim must then be even (pairs rotate)."""
+    if rotary_base is None:
+        return None
+    if isinstance(rotary_base, bool) or not isinstance(rotary_base, numbers.Real):
+        raise TypeError(
+            f"rotary_base must be None or a number > 1 (10000.0 is usual), got {type_name(rotary_base)} {rotary_base!r}")
+    if not (math.isfinite(rotary_base) and rotary_base > 1):
+        raise ValueError(f"rotary_base must be a finite number > 1 (10000.0 is usual), got {rotary_base!r}")
+    if head_dim % 2:
+        raise ValueError(f"rotary positions turn features in pairs, so the head size must be even, got {head_dim}")
+    return float(rotary_base)
+
+
 def check_sequence(name, tensor, embed_dim, weight):
     """``tensor`` must be a floating-point (B, T, embed_dim) torch.Tensor with ``weight``'s dtype and device."""
     require_tensor(name, tensor)

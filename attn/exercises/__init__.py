@@ -21,6 +21,7 @@ from attn.exercises import (  # noqa: F401
     lesson10,
     lesson11,
     lesson12,
+    lesson13,
     lesson14,
     primer,
 )

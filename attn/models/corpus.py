@@ -1,0 +1,299 @@
+"""Jane Austen's six novels from Debian's ``r-cran-janeaustenr`` package, read without R (lesson 13).
+
+The package stores each novel as an R character vector (one element per printed line) in R's
+lazy-load files ``data/Rdata.rdx`` and ``data/Rdata.rdb``. This module reads them with the standard
+library alone:
+
+- a ``.deb`` is an ``ar`` archive whose ``data.tar.xz`` member holds the package's files;
+- ``Rdata.rdx`` is a gzip-compressed R serialisation of a list whose ``variables`` entry maps each
+  novel's name to an (offset, length) pair in ``Rdata.rdb``;
+- each such chunk of ``Rdata.rdb`` is a 4-byte big-endian length, then a zlib stream holding an XDR
+  (big-endian) serialisation, version 2 or 3, of one character vector (R Internals, "Serialization
+  Formats"). ``read_r_object`` reads the few kinds of R objects these files contain.
+
+The lines are then joined into paragraphs (a blank line ends one), the underscores that mark
+italics (``_very_``) are dropped, as a reader does not see them, and chapter headings ("CHAPTER 1",
+"VOLUME I") are kept as paragraphs of their own, so the model sees where chapters begin. Each novel
+becomes one UTF-8 text file, one paragraph per line, in a folder that git ignores:
+
+    python -m attn.corpus              # apt-get download, then read; writes data/austen/*.txt
+    python -m attn.corpus --deb FILE   # a .deb downloaded by hand (any system, no apt-get)
+
+``austen()`` returns the novels as a dict, or raises FileNotFoundError naming that command.
+"""
+
+import argparse
+import gzip
+import io
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zlib
+from pathlib import Path
+
+PACKAGE = "r-cran-janeaustenr"
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+CORPUS_FOLDER = REPOSITORY_ROOT / "data" / "austen"
+FETCH_COMMAND = "python -m attn.corpus"
+DATA_PATH = "usr/lib/R/site-library/janeaustenr/data/Rdata"
+# the six novels, by the names the R package gives them, with their titles
+TITLES = {
+    "sensesensibility": "Sense and Sensibility",
+    "prideprejudice": "Pride and Prejudice",
+    "mansfieldpark": "Mansfield Park",
+    "emma": "Emma",
+    "northangerabbey": "Northanger Abbey",
+    "persuasion": "Persuasion",
+}
+
+# R's serialisation: the low byte of each item's flags is its type (R Internals, "Serialization Formats")
+NILSXP, SYMSXP, LISTSXP, CHARSXP, LGLSXP, INTSXP, REALSXP, STRSXP, VECSXP = 0, 1, 2, 9, 10, 13, 14, 16, 19
+REFSXP, NILVALUE_SXP = 255, 254
+HAS_ATTRIBUTES, HAS_TAG = 1 << 9, 1 << 10
+LATIN1_MASK = 1 << 2
+
+
+class _XDRReader:
+    """Reads one R serialisation (``X\\n`` format: big-endian integers) item by item."""
+
+    def __init__(self, data):
+        self.data, self.position, self.references = data, 0, []
+
+    def take(self, count):
+        if self.position + count > len(self.data):
+            raise ValueError("the R serialisation ends in the middle of an item: the file is damaged")
+        chunk = self.data[self.position:self.position + count]
+        self.position += count
+        return chunk
+
+    def integer(self):
+        return struct.unpack(">i", self.take(4))[0]
+
+    def length(self):
+        value = self.integer()
+        if value == -1:  # a long vector: the length follows as two 32-bit halves
+            upper, lower = self.integer(), self.integer()
+            value = (upper << 32) + lower
+        return value
+
+    def header(self):
+        if self.take(2) != b"X\n":
+            raise ValueError("not an R serialisation in XDR format (it should start with 'X\\n')")
+        version = self.integer()
+        if version not in (2, 3):
+            raise ValueError(f"R serialisation version {version} is not one this reader knows (2 or 3)")
+        self.take(8)  # the R versions that wrote it and that can read it
+        if version == 3:
+            self.take(self.integer())  # the native encoding's name, e.g. UTF-8
+
+    def item(self):
+        """The next R object: None, str, list, dict (a named list), or a Python list of numbers."""
+        flags = self.integer()
+        kind = flags & 0xFF
+        if kind == NILVALUE_SXP:
+            return None
+        if kind == REFSXP:  # an object seen before, by its place in the reference table
+            index = flags >> 8 or self.integer()
+            return self.references[index - 1]
+        if kind == SYMSXP:
+            name = self.item()
+            self.references.append(name)
+            return name
+        if kind == LISTSXP:
+            return self._pairlist(flags)
+        if kind == CHARSXP:
+            return self._string(flags)
+        readers = {
+            STRSXP: lambda n: [self.item() for _ in range(n)],
+            VECSXP: lambda n: [self.item() for _ in range(n)],
+            INTSXP: lambda n: list(struct.unpack(f">{n}i", self.take(4 * n))),
+            LGLSXP: lambda n: list(struct.unpack(f">{n}i", self.take(4 * n))),
+            REALSXP: lambda n: list(struct.unpack(f">{n}d", self.take(8 * n))),
+        }
+        if kind not in readers:
+            raise ValueError(f"R object type {kind} is not one this reader knows (the file holds something unexpected)")
+        values = readers[kind](self.length())
+        if flags & HAS_ATTRIBUTES:
+            names = self.item().get("names")  # attributes: a pairlist read as a dict
+            if names is not None and kind == VECSXP:
+                return dict(zip(names, values, strict=True))
+        return values
+
+    def _pairlist(self, flags):
+        """A pairlist (R's linked list, here attributes) as a dict: tag -> value."""
+        result = {}
+        while True:
+            if flags & HAS_ATTRIBUTES:
+                self.item()
+            tag = self.item() if flags & HAS_TAG else len(result)
+            result[tag] = self.item()
+            flags = self.integer()
+            if flags & 0xFF == NILVALUE_SXP:
+                return result
+            if flags & 0xFF != LISTSXP:
+                raise ValueError("an R pairlist ends in something that is not a pairlist: the file is damaged")
+
+    def _string(self, flags):
+        size = self.integer()
+        if size == -1:
+            return None  # NA_character_
+        raw = self.take(size)
+        return raw.decode("latin-1" if flags >> 12 & LATIN1_MASK else "utf-8")
+
+
+def read_r_object(data):
+    """One R object from the bytes of an XDR serialisation (version 2 or 3)."""
+    reader = _XDRReader(data)
+    reader.header()
+    return reader.item()
+
+
+def read_lazy_load(rdx_bytes, rdb_bytes):
+    """Every variable of an R lazy-load database: dict name -> object (here: novel -> list of lines)."""
+    index = read_r_object(gzip.decompress(rdx_bytes) if rdx_bytes[:2] == b"\x1f\x8b" else zlib.decompress(rdx_bytes[4:]))
+    variables = {}
+    for name, (offset, length) in index["variables"].items():
+        chunk = rdb_bytes[offset:offset + length]
+        expected = struct.unpack(">I", chunk[:4])[0]  # the serialisation's length, then its zlib stream
+        data = zlib.decompress(chunk[4:])
+        if len(data) != expected:
+            raise ValueError(f"{name}: {len(data)} bytes decompressed where the file announces {expected}")
+        variables[name] = read_r_object(data)
+    return variables
+
+
+def deb_member(deb_bytes, suffix):
+    """The bytes of the file whose path ends with ``suffix`` inside a .deb (an ar archive holding data.tar.*)."""
+    if deb_bytes[:8] != b"!<arch>\n":
+        raise ValueError("this is not a .deb file (a Debian package starts with '!<arch>')")
+    position = 8
+    while position + 60 <= len(deb_bytes):
+        name = deb_bytes[position:position + 16].decode().strip().rstrip("/")
+        size = int(deb_bytes[position + 48:position + 58].decode().strip())
+        body = deb_bytes[position + 60:position + 60 + size]
+        position += 60 + size + size % 2  # members are aligned to even offsets
+        if name.startswith("data.tar"):
+            with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+                for member in archive.getmembers():
+                    if member.name.lstrip("./").endswith(suffix):
+                        return archive.extractfile(member).read()
+            raise ValueError(f"the package holds no file ending in {suffix}: is it {PACKAGE}?")
+    raise ValueError("the .deb holds no data.tar member: the file is damaged or not a Debian package")
+
+
+def paragraphs(lines):
+    """The novel's lines (hard-wrapped, blank between paragraphs) -> paragraphs, italics underscores dropped."""
+    result, current = [], []
+    for line in lines:
+        line = (line or "").strip()
+        if line:
+            current.append(line)
+        elif current:
+            result.append(" ".join(current))
+            current = []
+    if current:
+        result.append(" ".join(current))
+    return [re.sub(r"\s+", " ", paragraph.replace("_", "")).strip() for paragraph in result]
+
+
+def novels_from_deb(deb_bytes):
+    """dict novel name -> text (one paragraph per line), in the order of TITLES."""
+    variables = read_lazy_load(deb_member(deb_bytes, DATA_PATH + ".rdx"), deb_member(deb_bytes, DATA_PATH + ".rdb"))
+    missing = [name for name in TITLES if name not in variables]
+    if missing:
+        raise ValueError(f"the package lacks the novels {missing}: is it {PACKAGE}?")
+    return {name: "\n".join(paragraphs(variables[name])) + "\n" for name in TITLES}
+
+
+def download_deb(folder):
+    """``apt-get download r-cran-janeaustenr`` into ``folder``; the path of the .deb."""
+    if shutil.which("apt-get") is None:
+        raise SystemExit(
+            "apt-get is not available here (it is Debian's and Ubuntu's package tool). Download "
+            f"{PACKAGE}'s .deb from https://packages.debian.org/stable/{PACKAGE} by hand and run "
+            f"'{FETCH_COMMAND} --deb FILE', or run this command in WSL or a Debian container."
+        )
+    print(f"Downloading {PACKAGE} with apt-get (about 1.6 MB)...", flush=True)
+    done = subprocess.run(["apt-get", "download", PACKAGE], cwd=folder, capture_output=True, text=True)
+    debs = sorted(Path(folder).glob(f"{PACKAGE}_*.deb"))
+    if done.returncode != 0 or not debs:
+        raise SystemExit(f"apt-get download {PACKAGE} failed: {done.stderr.strip()} (try 'apt-get update' first)")
+    return debs[0]
+
+
+def write_corpus(novels, folder):
+    """One UTF-8 file per novel, ``folder``/<name>.txt; returns the paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in novels.items():
+        path = folder / f"{name}.txt"
+        path.write_text(text, encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def austen(directory=None):
+    """The six novels: dict name -> text (one paragraph per line), in publication order.
+
+    Read from ``directory`` (default: data/austen at the repository's root), where
+    ``python -m attn.corpus`` writes them. FileNotFoundError, naming that command, if they are absent.
+    """
+    if directory is not None and not isinstance(directory, str | Path):
+        raise TypeError(f"directory must be None or a path (str or pathlib.Path), got {type(directory).__name__}")
+    folder = CORPUS_FOLDER if directory is None else Path(directory)
+    missing = [name for name in TITLES if not (folder / f"{name}.txt").is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"Austen's novels are not in {folder} ({len(missing)} of 6 missing); fetch them with "
+            f"'{FETCH_COMMAND}' (needs apt-get, as on Debian, Ubuntu or WSL), about 10 seconds"
+        )
+    return {name: (folder / f"{name}.txt").read_text(encoding="utf-8") for name in TITLES}
+
+
+def _output_folder(text):
+    from attn.destinations import folder_problem
+
+    problem = folder_problem(text, example="data/austen")
+    if problem is None:
+        blocked = [Path(text) / f"{name}.txt" for name in TITLES if (Path(text) / f"{name}.txt").is_dir()]
+        if blocked:
+            problem = f"{blocked[0]} is a folder, so the novel's file cannot be written; move it away"
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
+
+
+def _deb_file(text):
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{path} is not a file; give the path of {PACKAGE}'s .deb")
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog=FETCH_COMMAND,
+        description=f"Fetch Jane Austen's six novels from Debian's {PACKAGE} and write one text file per novel.")
+    parser.add_argument("--out", type=_output_folder, default=CORPUS_FOLDER,
+                        help="folder for the novels (default: data/austen at the repository's root)")
+    parser.add_argument("--deb", type=_deb_file, default=None,
+                        help=f"read this {PACKAGE} .deb instead of downloading one with apt-get")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        deb = args.deb or download_deb(scratch)
+        try:
+            novels = novels_from_deb(Path(deb).read_bytes())
+        except (ValueError, OSError, tarfile.TarError, zlib.error, struct.error) as error:
+            raise SystemExit(f"{deb} could not be read as {PACKAGE}: {error}") from None
+    for path, (name, text) in zip(write_corpus(novels, args.out), novels.items(), strict=True):
+        print(f"{path}: {TITLES[name]}, {len(text):,} characters, {text.count(chr(10)):,} paragraphs")
+    print(f"Wrote {sum(map(len, novels.values())):,} characters in {len(novels)} files.", file=sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,489 @@
+"""The course's language model, trained on Jane Austen (lesson 13).
+
+``AustenLM``: token embeddings, a stack of lesson 9's pre-norm ``attn.TransformerBlock``s whose
+attention rotates queries and keys by lesson 8's rotary positions (so the model has no position
+table and no hard length limit, though it was trained on ``context_length`` tokens), a final
+LayerNorm and a readout that shares the embedding matrix (weight tying, as in GPT-2). Lesson 10's
+``attn.decoder.generate`` and KV caches work with it unchanged.
+
+Training: a byte-level BPE tokenizer (``attn.models.tokenizer``) and the model are trained on five
+novels; ``HELD_OUT`` (Persuasion, the last novel Austen finished) is never seen, so the loss on it
+measures generalisation, not memory. Beside it, the unigram and bigram baselines on the same text.
+
+    python -m attn.lm train --out DIR      # seeded; resumes after an interruption
+    python -m attn.lm train --out DIR --size tiny   # seconds: what the tests re-run
+
+writes ``DIR/austen_lm.pt`` (weights in 16-bit floats, with the configuration),
+``DIR/austen_tokenizer.json`` and ``DIR/austen_training.json`` (the curve, the held-out loss and
+perplexity, the baselines and the provenance). ``load()`` reads the files shipped in lessons/models.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from attn.block import TransformerBlock
+from attn.decoder import check_decoder_call
+from attn.kvcache import KVCache
+from attn.models.corpus import REPOSITORY_ROOT, TITLES, austen
+from attn.models.tokenizer import Tokenizer, train_tokenizer
+from attn.validate import positive_int, type_name
+
+HELD_OUT = "persuasion"
+MODELS_FOLDER = REPOSITORY_ROOT / "lessons" / "models"
+WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME = "austen_lm.pt", "austen_tokenizer.json", "austen_training.json"
+CHECKPOINT_NAME = "austen_checkpoint.pt"
+TRAIN_COMMAND = "python -m attn.lm train"
+ROTARY_BASE = 10000.0
+MAX_LENGTH = 1 << 16  # rotary positions have no table: a limit only against absurd requests
+
+# Two sizes: "full" is the shipped model; "tiny" trains in seconds (tests, and a first try).
+SIZES = {
+    "full": {
+        "vocab_size": 4096, "embed_dim": 192, "num_heads": 6, "num_layers": 4, "context_length": 256,
+        "batch_size": 16, "steps": 600, "learning_rate": 2.5e-3, "warmup_steps": 30, "weight_decay": 0.1,
+        "dropout": 0.1, "eval_every": 50, "eval_windows": 32, "seed": 0,
+    },
+    "tiny": {
+        "vocab_size": 320, "embed_dim": 32, "num_heads": 2, "num_layers": 2, "context_length": 32,
+        "batch_size": 4, "steps": 20, "learning_rate": 3e-3, "warmup_steps": 5, "weight_decay": 0.1,
+        "dropout": 0.0, "eval_every": 5, "eval_windows": 4, "seed": 0,
+    },
+}
+BIGRAM_PRIOR = 4.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution
+
+
+class AustenLM(nn.Module):
+    """AustenLM(vocab_size V, context_length, embed_dim E, num_heads H, num_layers L, mlp_ratio=4, dropout=0.0).
+
+    forward(tokens (B, T) int64, caches=None, need_weights=False, mask=None) -> logits (B, T, V), or
+    with need_weights=True (logits, weights (L, B, H, T, T_k)); logits[:, t] scores the token after
+    position t. caches: one attn.KVCache per block (``new_caches()``); the tokens then continue the
+    cached sequence and T_k counts the cached positions too. mask: a boolean keep-mask (True = may
+    attend) broadcastable to (B, H, T, T_k), applied in every layer on top of the causal mask (lesson
+    13 uses it to take the first token away). ``context_length``: the length it was trained on.
+    """
+
+    def __init__(self, vocab_size, context_length, embed_dim, num_heads, num_layers, mlp_ratio=4, dropout=0.0):
+        super().__init__()
+        self.vocab_size = positive_int("vocab_size", vocab_size)
+        self.context_length = positive_int("context_length", context_length)
+        self.max_length = MAX_LENGTH
+        embed_dim = positive_int("embed_dim", embed_dim)
+        self.token_embedding = nn.Embedding(self.vocab_size, embed_dim)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(embed_dim, num_heads, mlp_ratio, dropout=dropout, rotary_base=ROTARY_BASE)
+            for _ in range(positive_int("num_layers", num_layers))
+        )
+        self.norm = nn.LayerNorm(embed_dim)
+        self.readout = nn.Linear(embed_dim, self.vocab_size, bias=False)
+        self.readout.weight = self.token_embedding.weight  # tied: one (V, E) matrix reads tokens in and out
+        self.apply(_initialise)
+
+    @property
+    def num_heads(self):
+        return self.blocks[0].attention.num_heads
+
+    def forward(self, tokens, caches=None, need_weights=False, mask=None):
+        check_decoder_call(self, tokens, caches)
+        if not isinstance(need_weights, bool):
+            raise TypeError(f"need_weights must be True or False, got {type_name(need_weights)} {need_weights!r}")
+        x = self.token_embedding(tokens)  # (B, T, E)
+        caches = caches or [None] * len(self.blocks)
+        weights = []
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x = block(x, mask, is_causal=True, cache=cache, need_weights=need_weights)
+            if need_weights:
+                x, layer_weights = x  # layer_weights (B, H, T, T_k)
+                weights.append(layer_weights)
+        logits = self.readout(self.norm(x))  # (B, T, V)
+        return (logits, torch.stack(weights)) if need_weights else logits
+
+    def new_caches(self):
+        """One empty KVCache per block, for one batch of sequences."""
+        return [KVCache() for _ in self.blocks]
+
+
+def _initialise(module):
+    """GPT-2's start: normal(0, 0.02) weights, zero biases (PyTorch's defaults suit small layers less well)."""
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def model_arguments(config):
+    """The AustenLM arguments of a training configuration."""
+    names = ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "dropout")
+    return {name: config[name] for name in names}
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+def split_novels(novels):
+    """(training texts, held-out text): every novel but HELD_OUT, and HELD_OUT."""
+    return [text for name, text in novels.items() if name != HELD_OUT], novels[HELD_OUT]
+
+
+def token_tensor(tokenizer, texts):
+    """One int64 tensor (N,) of the texts' tokens, one text after another."""
+    return torch.tensor([token for text in texts for token in tokenizer.encode(text)], dtype=torch.long)
+
+
+def random_batch(tokens, batch_size, length, generator):
+    """Inputs and targets (B, length), windows starting at random places of ``tokens`` (N,)."""
+    starts = torch.randint(0, len(tokens) - length, (batch_size,), generator=generator)  # (B,)
+    offsets = torch.arange(length + 1)  # (length + 1,)
+    windows = tokens[starts[:, None] + offsets]  # (B, length + 1)
+    return windows[:, :-1], windows[:, 1:]
+
+
+def held_out_windows(tokens, length, count=None):
+    """Non-overlapping windows of ``tokens`` (N,): inputs and targets (W, length); the first ``count`` or all."""
+    total = (len(tokens) - 1) // length
+    count = total if count is None else min(count, total)
+    inputs = tokens[:count * length].view(count, length)
+    targets = tokens[1:count * length + 1].view(count, length)
+    return inputs, targets
+
+
+@torch.no_grad()
+def mean_loss(model, inputs, targets, batch_size=32):
+    """Mean next-token cross-entropy in nats over every target of ``inputs``, ``targets`` (W, T)."""
+    total = 0.0
+    for start in range(0, len(inputs), batch_size):
+        logits = model(inputs[start:start + batch_size])  # (b, T, V)
+        chunk = targets[start:start + batch_size]
+        total += functional.cross_entropy(logits.flatten(0, 1), chunk.flatten(), reduction="sum").item()
+    return total / targets.numel()
+
+
+def baselines(train_tokens, held_out_tokens, vocab_size):
+    """Held-out loss (nats per token) of a unigram and a bigram model counted on the training tokens.
+
+    Unigram: token frequencies with one pseudo-count each (so no token has probability 0).
+    Bigram: P(b | a) = (count(a, b) + BIGRAM_PRIOR * P_unigram(b)) / (count(a) + BIGRAM_PRIOR).
+    """
+    counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
+    unigram = counts / counts.sum()  # (V,)
+    pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
+    pair_counts = torch.bincount(pairs, minlength=vocab_size * vocab_size).double().view(vocab_size, vocab_size)
+    previous, following = held_out_tokens[:-1], held_out_tokens[1:]
+    bigram = (pair_counts[previous, following] + BIGRAM_PRIOR * unigram[following]) / (
+        pair_counts[previous].sum(dim=1) + BIGRAM_PRIOR)
+    return {
+        "unigram_loss": round(-unigram[following].log().mean().item(), 4),
+        "bigram_loss": round(-bigram.log().mean().item(), 4),
+    }
+
+
+# --- training -----------------------------------------------------------------------------------
+
+def learning_rate_at(step, config):
+    """Linear warm-up over warmup_steps, then a cosine fall to a tenth of the peak at the last step."""
+    peak, warmup, steps = config["learning_rate"], config["warmup_steps"], config["steps"]
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(model, config):
+    """AdamW, with weight decay on the weight matrices only (not on biases, norms)."""
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    others = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": matrices, "weight_decay": config["weight_decay"]}, {"params": others, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config["learning_rate"], betas=(0.9, 0.95))
+
+
+class Progress:
+    """One line that updates itself: step, loss, tokens per second, time left (plain lines when not a terminal)."""
+
+    def __init__(self, total, start_step, stream=None):
+        self.total, self.stream = total, stream or sys.stderr
+        self.started, self.start_step = time.perf_counter(), start_step
+        self.interactive = self.stream.isatty()
+
+    def show(self, step, loss, tokens_per_step, held_out=None):
+        elapsed = time.perf_counter() - self.started
+        done = step - self.start_step
+        rate = done * tokens_per_step / elapsed if elapsed > 0 else 0.0
+        left = (self.total - step) * elapsed / done if done else float("nan")
+        bar = "#" * int(20 * step / self.total)
+        line = (f"[{bar:<20}] step {step}/{self.total}  loss {loss:.3f}  {rate:,.0f} tokens/s  "
+                f"{_minutes(left)} left")
+        if held_out is not None:
+            line += f"  held-out {held_out:.3f}"
+        if self.interactive:
+            print("\r" + line, end="", file=self.stream, flush=True)
+        elif held_out is not None or step == self.total:
+            print(line, file=self.stream, flush=True)
+
+    def close(self):
+        if self.interactive:
+            print(file=self.stream)
+
+
+def _minutes(seconds):
+    if not math.isfinite(seconds):
+        return "?"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def prepare(config, corpus=None):
+    """Tokenizer trained on the training novels, and the training and held-out tokens (N,), (M,)."""
+    novels = austen(corpus)
+    training_texts, held_out_text = split_novels(novels)
+    tokenizer = train_tokenizer(training_texts, config["vocab_size"])
+    return tokenizer, token_tensor(tokenizer, training_texts), token_tensor(tokenizer, [held_out_text])
+
+
+def new_state(config):
+    """The seeded start: model, optimizer, batch generator, step 0, empty curve."""
+    torch.manual_seed(config["seed"])
+    model = AustenLM(**model_arguments(config))
+    generator = torch.Generator().manual_seed(config["seed"])
+    curve = {"step": [], "train_loss": [], "held_out_loss": []}
+    return {"model": model, "optimizer": make_optimizer(model, config), "generator": generator, "step": 0,
+            "curve": curve, "seconds": 0.0}
+
+
+def save_checkpoint(path, state, config):
+    torch.save({
+        "config": config, "model": state["model"].state_dict(), "optimizer": state["optimizer"].state_dict(),
+        "generator": state["generator"].get_state(), "rng": torch.get_rng_state(), "step": state["step"],
+        "curve": state["curve"], "seconds": state["seconds"],
+        "command": _command(), "threads": torch.get_num_threads(),
+    }, path)
+
+
+def resume_state(path, config):
+    """The state saved at ``path``, or a SystemExit sentence if it was trained with other settings."""
+    saved = torch.load(path, weights_only=False)
+    if saved["config"] != config:
+        raise SystemExit(f"{path} holds a training with other settings; remove it, or give another --out")
+    state = new_state(config)
+    state["model"].load_state_dict(saved["model"])
+    state["optimizer"].load_state_dict(saved["optimizer"])
+    state["generator"].set_state(saved["generator"])
+    torch.set_rng_state(saved["rng"])
+    state.update(step=saved["step"], curve=saved["curve"], seconds=saved["seconds"])
+    return state
+
+
+def train(config, out, corpus=None, stream=None):
+    """Train (or resume) into folder ``out``; returns the log written to out/LOG_NAME."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
+    checkpoint = out / CHECKPOINT_NAME
+    state = resume_state(checkpoint, config) if checkpoint.exists() else new_state(config)
+    if state["step"]:
+        print(f"Resuming from step {state['step']} ({checkpoint})", file=stream or sys.stderr, flush=True)
+    probe = held_out_windows(held_out_tokens, config["context_length"], config["eval_windows"])
+    model, optimizer, generator = state["model"], state["optimizer"], state["generator"]
+    tokens_per_step = config["batch_size"] * config["context_length"]
+    progress = Progress(config["steps"], state["step"], stream)
+    started = time.perf_counter() - state["seconds"]
+    while state["step"] < config["steps"]:
+        step = state["step"]
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate_at(step, config)
+        model.train()
+        inputs, targets = random_batch(train_tokens, config["batch_size"], config["context_length"], generator)
+        loss = functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        state["step"] = step + 1
+        held_out = None
+        if state["step"] % config["eval_every"] == 0 or state["step"] == config["steps"]:
+            model.eval()
+            held_out = mean_loss(model, *probe)
+            state["curve"]["step"].append(state["step"])
+            state["curve"]["train_loss"].append(round(loss.item(), 4))
+            state["curve"]["held_out_loss"].append(round(held_out, 4))
+            state["seconds"] = time.perf_counter() - started
+            save_checkpoint(checkpoint, state, config)
+        progress.show(state["step"], loss.item(), tokens_per_step, held_out)
+    progress.close()
+    model.eval()
+    log = final_log(config, state, tokenizer, train_tokens, held_out_tokens)
+    log["provenance"]["seconds"] = round(time.perf_counter() - started, 1)
+    write_outputs(out, model, tokenizer, config, log)
+    checkpoint.unlink()
+    return log
+
+
+def export(out, corpus=None):
+    """Ship the last checkpoint in folder ``out`` as if training had ended there; returns the log.
+
+    For a training that cannot run to its last step: weights, tokenizer and log are written from the
+    checkpoint, the log saying at which step of how many it stopped; the checkpoint stays, so the
+    same ``train`` command can still finish the run.
+    """
+    checkpoint = Path(out) / CHECKPOINT_NAME
+    if not checkpoint.is_file():
+        raise SystemExit(f"{checkpoint} does not exist: there is no interrupted training in {out} to export")
+    saved = torch.load(checkpoint, weights_only=False)
+    config = saved["config"]
+    tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
+    state = resume_state(checkpoint, config)
+    state["model"].eval()
+    log = final_log(config, state, tokenizer, train_tokens, held_out_tokens)
+    log["provenance"]["seconds"] = round(state["seconds"], 1)
+    log["provenance"]["command"] = saved.get("command", f"{TRAIN_COMMAND} --out {out}")
+    log["provenance"]["threads"] = saved.get("threads", "not recorded in the checkpoint")
+    log["provenance"]["stopped"] = (
+        f"stopped at step {state['step']} of {config['steps']}, its last checkpoint, and shipped with "
+        f"'python -m attn.lm export --out {out}'; the train command resumes it from there")
+    write_outputs(Path(out), state["model"], tokenizer, config, log)
+    return log
+
+
+def final_log(config, state, tokenizer, train_tokens, held_out_tokens):
+    """The JSON log: settings, curve, held-out loss and perplexity beside the baselines, provenance."""
+    loss = mean_loss(state["model"], *held_out_windows(held_out_tokens, config["context_length"]))
+    measured = {"held_out_loss": round(loss, 4), "held_out_perplexity": round(math.exp(loss), 2)}
+    base = baselines(train_tokens, held_out_tokens, tokenizer.vocab_size)
+    base["unigram_perplexity"] = round(math.exp(base["unigram_loss"]), 2)
+    base["bigram_perplexity"] = round(math.exp(base["bigram_loss"]), 2)
+    parameters = sum(p.numel() for p in state["model"].parameters())
+    return {
+        "config": config,
+        "held_out_novel": TITLES[HELD_OUT],
+        "training_novels": [TITLES[name] for name in TITLES if name != HELD_OUT],
+        "training_tokens": len(train_tokens), "held_out_tokens": len(held_out_tokens),
+        "parameters": parameters, "tokenizer_vocab_size": tokenizer.vocab_size,
+        "steps_done": state["step"], "curve": state["curve"], **measured, "baselines": base,
+        "provenance": {
+            "command": _command(),
+            "seed": config["seed"], "python": platform.python_version(), "torch": torch.__version__,
+            "tokenizers": _tokenizers_version(), "threads": torch.get_num_threads(),
+            "finished": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "weights": "stored as float16 (half the bytes); loaded as float32",
+        },
+    }
+
+
+def _command():
+    """The training command as typed, when this process runs it; else the bare command."""
+    return " ".join([TRAIN_COMMAND, *sys.argv[2:]]) if sys.argv[1:2] == ["train"] else TRAIN_COMMAND
+
+
+def _tokenizers_version():
+    import tokenizers
+
+    return tokenizers.__version__
+
+
+def write_outputs(out, model, tokenizer, config, log):
+    """Weights (16-bit), tokenizer and log into folder ``out``."""
+    weights = {name: tensor.half() for name, tensor in model.state_dict().items() if name != "readout.weight"}
+    torch.save({"config": config, "weights": weights}, out / WEIGHTS_NAME)
+    tokenizer.save(out / TOKENIZER_NAME)
+    (out / LOG_NAME).write_text(json.dumps(log, indent=1) + "\n")
+
+
+def load(directory=None):
+    """(model, tokenizer) from ``directory`` (default lessons/models): the model in eval mode, float32.
+
+    model(tokens (B, T)) -> logits (B, T, V); model(tokens, need_weights=True) -> (logits, weights
+    (L, B, H, T, T)); tokenizer.encode(str) -> list[int], tokenizer.decode(list) -> str.
+    """
+    if directory is not None and not isinstance(directory, str | Path):
+        raise TypeError(f"directory must be None or a path (str or pathlib.Path), got {type_name(directory)}")
+    folder = MODELS_FOLDER if directory is None else Path(directory)
+    for name in (WEIGHTS_NAME, TOKENIZER_NAME):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder / name} is missing; train a model there with '{TRAIN_COMMAND} --out {folder}'")
+    try:
+        saved = torch.load(folder / WEIGHTS_NAME, weights_only=True)
+        model = AustenLM(**model_arguments(saved["config"]))
+        weights = {name: tensor.float() for name, tensor in saved["weights"].items()}
+        weights["readout.weight"] = weights["token_embedding.weight"]
+        model.load_state_dict(weights)
+    except Exception as error:  # noqa: BLE001 - torch.load and load_state_dict raise many kinds; each becomes one sentence
+        raise ValueError(f"{folder / WEIGHTS_NAME} is not a weights file of '{TRAIN_COMMAND}': {error}") from None
+    tokenizer = Tokenizer.load(folder / TOKENIZER_NAME)
+    if tokenizer.vocab_size > model.vocab_size:  # fewer is possible: a small text may not fill the vocabulary
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} tokens and the model {model.vocab_size}: not a pair")
+    return model.eval(), tokenizer
+
+
+# --- command line -------------------------------------------------------------------------------
+
+def _output_folder(text):
+    from attn.destinations import folder_problem
+
+    problem = folder_problem(text)
+    for name in (WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME, CHECKPOINT_NAME):
+        if problem is None and (Path(text) / name).is_dir():
+            problem = f"{Path(text) / name} is a folder, so the file of that name cannot be written; move it away"
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
+
+
+def _whole_number(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+
+    return parse
+
+
+def _corpus_or_error(parser, folder):
+    try:
+        austen(folder)
+    except FileNotFoundError as error:
+        parser.error(str(error))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m attn.lm", description="The course's Austen language model.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    trainer = commands.add_parser("train", help="train the model (seeded; resumes after an interruption)")
+    trainer.add_argument("--out", required=True, type=_output_folder, help="folder for weights, tokenizer and log")
+    trainer.add_argument("--size", choices=sorted(SIZES), default="full", help="full (the shipped model) or tiny (seconds)")
+    trainer.add_argument("--steps", type=_whole_number(1), default=None, help="training steps (default: the size's)")
+    trainer.add_argument("--seed", type=_whole_number(0), default=None, help="seed (default 0)")
+    trainer.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
+    trainer.add_argument("--threads", type=_whole_number(1), default=1, help="math threads (default 1: same sums everywhere)")
+    exporter = commands.add_parser("export", help="ship the last checkpoint of a training that could not finish")
+    exporter.add_argument("--out", required=True, type=_output_folder, help="folder holding austen_checkpoint.pt")
+    exporter.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
+    args = parser.parse_args(argv)
+    if args.command == "export":
+        _corpus_or_error(parser, args.corpus)
+        log = export(args.out, args.corpus)
+        print(f"Exported step {log['steps_done']} of {log['config']['steps']}: held-out loss {log['held_out_loss']:.3f}.")
+        return
+    config = dict(SIZES[args.size])
+    config.update({key: value for key, value in (("steps", args.steps), ("seed", args.seed)) if value is not None})
+    _corpus_or_error(parser, args.corpus)
+    torch.set_num_threads(args.threads)
+    log = train(config, args.out, args.corpus)
+    print(f"Held-out loss on {log['held_out_novel']}: {log['held_out_loss']:.3f} nats per token "
+          f"(perplexity {log['held_out_perplexity']:.1f}); unigram {log['baselines']['unigram_perplexity']:.1f}, "
+          f"bigram {log['baselines']['bigram_perplexity']:.1f}. {log['provenance']['seconds'] / 60:.1f} min. "
+          f"Wrote {args.out / WEIGHTS_NAME}, {args.out / TOKENIZER_NAME}, {args.out / LOG_NAME}.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""What the Austen model's heads do, measured on the held-out novel (lesson 13).
+
+Lesson 13 computes every measure here in the open on sentences written for the course; this
+module makes the same measurements on held-out text (Persuasion, which training never saw), which
+needs the corpus, and writes them to a JSON file that the lesson reads:
+
+    python -m attn.models.lm_heads --model lessons/models     # writes lessons/models/austen_heads.json
+
+- head scores (lesson 11's measures, on real text): each head's mean weight on the previous token;
+  and on passages repeated twice, for the queries of the second copy, its weight on the key after
+  the query's counterpart in the first copy (induction) and on the counterpart itself (duplicate);
+- the loss on each copy of a repeated passage (in-context copying on real English);
+- the weight each head gives the first token of its window (the attention sink), and the held-out
+  loss when no query but the first may attend to it;
+- the held-out loss with one head removed at a time (ablation).
+"""
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn import functional
+
+from attn.models.corpus import TITLES, austen
+from attn.models.lm import HELD_OUT, AustenLM, held_out_windows, load
+from attn.validate import type_name
+
+HEADS_NAME = "austen_heads.json"
+PROBE_WINDOWS = 32  # held-out windows of context_length tokens for the loss measures (8,192 tokens)
+PASSAGE_LENGTH = 64  # tokens per passage in the repeated-passage measures (each passage seen twice)
+PASSAGES = 64
+
+
+def _check_model(model):
+    if not isinstance(model, AustenLM):
+        raise TypeError(f"model must be an attn.lm.AustenLM (from attn.lm.load()), got {type_name(model)}")
+
+
+def _check_weights(weights):
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
+        shape = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type_name(weights)
+        raise ValueError(f"weights must be a tensor (L, B, H, T, T), as model(tokens, need_weights=True) gives, got {shape}")
+    return weights
+
+
+@contextlib.contextmanager
+def ablate_head(model, layer, head):
+    """Inside the ``with`` block, head ``head`` of layer ``layer`` adds nothing to the residual stream.
+
+    Zeroes the d = E / H columns of that layer's out_proj.weight that read the head; restores them on exit.
+    """
+    _check_model(model)
+    for name, value, count in (("layer", layer, len(model.blocks)), ("head", head, model.num_heads)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be a whole number, got {type_name(value)} {value!r}")
+        if not 0 <= value < count:
+            raise ValueError(f"{name} must be from 0 to {count - 1}, got {value}")
+    attention = model.blocks[layer].attention
+    weight = attention.out_proj.weight  # (E, E): out_features x in_features
+    columns = slice(head * attention.head_dim, (head + 1) * attention.head_dim)
+    saved = weight[:, columns].detach().clone()
+    with torch.no_grad():
+        weight[:, columns] = 0
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            weight[:, columns] = saved
+
+
+def without_first_token(length):
+    """Keep-mask (T, T): every query may attend to every key but the first, except the first query itself."""
+    keep = torch.ones(length, length, dtype=torch.bool)
+    keep[1:, 0] = False
+    return keep
+
+
+@torch.no_grad()
+def window_losses(model, inputs, targets, mask=None):
+    """Mean next-token loss (nats) over ``inputs``, ``targets`` (W, T), with an optional keep-mask (T, T)."""
+    logits = model(inputs, mask=mask)  # (W, T, V)
+    return functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
+
+
+def first_token_weight(weights):
+    """weights (L, B, H, T, T) -> (L, H): each head's mean weight on key 0, over queries 1 .. T - 1."""
+    return _check_weights(weights)[..., 1:, 0].mean(dim=(1, 3))
+
+
+def previous_token_score(weights):
+    """weights (L, B, H, T, T) -> (L, H): each head's mean weight of query i on key i - 1, over i >= 1."""
+    return _check_weights(weights).diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, 3))
+
+
+def copy_scores(weights, passage_length):
+    """Repeated passages (the second copy starts at ``passage_length``): (induction, duplicate), each (L, H).
+
+    Induction: the mean weight of query i in the second copy on key i - P + 1, the token after its
+    counterpart in the first copy; duplicate: on key i - P, the counterpart itself (P = passage_length).
+    Counterparts, not "the previous occurrence": in real text a token such as ' the' occurs many times.
+    """
+    weights = _check_weights(weights)
+    if weights.shape[-1] != 2 * passage_length:
+        raise ValueError(f"the weights cover {weights.shape[-1]} positions, not a passage of {passage_length} twice")
+    queries = torch.arange(passage_length, 2 * passage_length)  # (P,): the second copy
+    induction = weights[..., queries[:-1], queries[:-1] - passage_length + 1]  # (L, B, H, P - 1)
+    duplicate = weights[..., queries, queries - passage_length]  # (L, B, H, P)
+    return induction.mean(dim=(1, 3)), duplicate.mean(dim=(1, 3))
+
+
+@torch.no_grad()
+def copy_losses(model, passages):
+    """passages (B, 2P), each a passage twice -> (first copy's mean loss, second copy's), in nats.
+
+    The first copy's targets are positions 1 .. P - 1; the second copy's P + 1 .. 2P - 1 (its first token
+    cannot be foreseen from the first copy, so it is left out, as the first copy's first token is).
+    """
+    length = passages.shape[1] // 2
+    logits = model(passages[:, :-1])  # (B, 2P - 1, V)
+    losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
+    return losses[:, :length - 1].mean().item(), losses[:, length:].mean().item()
+
+
+def repeated_passages(tokens, count=PASSAGES, length=PASSAGE_LENGTH):
+    """(count, 2 length): consecutive passages of ``tokens`` (N,), each followed by itself."""
+    passages = tokens[:count * length].view(count, length)
+    return torch.cat((passages, passages), dim=1)
+
+
+def _rounded(table):
+    return [[round(value, 4) for value in row] for row in table.tolist()]
+
+
+@torch.no_grad()
+def measure(model, held_out_tokens, windows=PROBE_WINDOWS, passages=PASSAGES, passage_length=PASSAGE_LENGTH):
+    """Every measure of this module on held-out tokens (N,): a dict ready for JSON."""
+    _check_model(model)
+    inputs, targets = held_out_windows(held_out_tokens, model.context_length, windows)  # (W, T) each
+    _, weights = model(inputs, need_weights=True)  # (L, W, H, T, T)
+    loss = window_losses(model, inputs, targets)
+    no_sink = window_losses(model, inputs, targets, mask=without_first_token(inputs.shape[1]))
+    ablated = torch.zeros(len(model.blocks), model.num_heads)  # (L, H)
+    for layer in range(len(model.blocks)):
+        for head in range(model.num_heads):
+            with ablate_head(model, layer, head):
+                ablated[layer, head] = window_losses(model, inputs, targets)
+    repeated = repeated_passages(held_out_tokens, passages, passage_length)  # (B, 2P)
+    _, passage_weights = model(repeated, need_weights=True)
+    induction, duplicate = copy_scores(passage_weights, passage_length)
+    first_copy, second_copy = copy_losses(model, repeated)
+    return {
+        "held_out_novel": TITLES[HELD_OUT],
+        "probe": f"the first {windows} windows of {model.context_length} held-out tokens",
+        "passages": f"the first {passages} passages of {passage_length} held-out tokens, each repeated once",
+        "loss": round(loss, 4),
+        "loss_without_first_token": round(no_sink, 4),
+        "first_token_weight": _rounded(first_token_weight(weights)),
+        "previous_token_score": _rounded(previous_token_score(weights)),
+        "induction_score": _rounded(induction),
+        "duplicate_token_score": _rounded(duplicate),
+        "first_copy_loss": round(first_copy, 4),
+        "second_copy_loss": round(second_copy, 4),
+        "ablated_loss": _rounded(ablated),
+    }
+
+
+def _model_folder(text):
+    from attn.models.lm import TOKENIZER_NAME, WEIGHTS_NAME
+
+    folder = Path(text)
+    missing = [name for name in (WEIGHTS_NAME, TOKENIZER_NAME) if not (folder / name).is_file()]
+    if missing:
+        raise argparse.ArgumentTypeError(f"{folder} lacks {', '.join(missing)}: give the folder 'python -m attn.lm train' wrote")
+    from attn.destinations import file_problem
+
+    problem = file_problem(folder / HEADS_NAME, example=HEADS_NAME)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return folder
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m attn.models.lm_heads",
+                                     description="Measure the Austen model's heads on the held-out novel.")
+    parser.add_argument("--model", required=True, type=_model_folder,
+                        help=f"folder with the trained model; {HEADS_NAME} is written there")
+    parser.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
+    args = parser.parse_args(argv)
+    try:
+        novels = austen(args.corpus)
+    except FileNotFoundError as error:
+        parser.error(str(error))
+    torch.set_num_threads(1)
+    model, tokenizer = load(args.model)
+    held_out = torch.tensor(tokenizer.encode(novels[HELD_OUT]), dtype=torch.long)
+    record = measure(model, held_out)
+    (args.model / HEADS_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"held-out loss {record['loss']:.3f}, without the first token {record['loss_without_first_token']:.3f}; "
+          f"copies: first {record['first_copy_loss']:.3f}, second {record['second_copy_loss']:.3f}. "
+          f"Wrote {args.model / HEADS_NAME}.", file=sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -20,6 +20,7 @@ from attn.softmax import softmax
 _LAZY = {
     "KVCache": "attn.kvcache",
     "MultiHeadAttention": "attn.multihead",
+    "RingKVCache": "attn.ring_cache",
     "TransformerBlock": "attn.block",
     "apply_rotary": "attn.positions",
 }
@@ -27,6 +28,7 @@ _LAZY = {
 __all__ = [
     "KVCache",
     "MultiHeadAttention",
+    "RingKVCache",
     "TransformerBlock",
     "apply_rotary",
     "causal_mask",

@@ -24,17 +24,19 @@ class TransformerBlock(nn.Module):
     lesson 10 (grouped heads and the KV cache, one KVCache per block);
     rotary_base and need_weights to lesson 13 (rotary positions inside the
     attention, and reading its weights). With their defaults the block is
-    exactly the two lines above.
+    exactly the two lines above. window and sink_tokens (lesson 14) make
+    the attention a sliding window's (see MultiHeadAttention).
     """
 
     def __init__(
         self, embed_dim, num_heads, mlp_ratio=4, dropout=0.0,
-        num_kv_heads=None, activation="gelu", rotary_base=None,
+        num_kv_heads=None, activation="gelu", rotary_base=None, window=None,
+        sink_tokens=0,
     ):
         super().__init__()
         self.attention = MultiHeadAttention(
             embed_dim, num_heads, dropout=dropout, num_kv_heads=num_kv_heads,
-            rotary_base=rotary_base,
+            rotary_base=rotary_base, window=window, sink_tokens=sink_tokens,
         )
         # the MLP's hidden width, mlp_ratio * E:
         hidden = check_block_arguments(embed_dim, mlp_ratio, activation)

@@ -10,6 +10,7 @@ from attn.common import convert
 from attn.common.layer_checks import check_attention_inputs, check_inputs, check_layer_arguments, check_rotary_base
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
 from attn.positions import apply_rotary
+from attn.window import check_window_arguments, check_window_call, layer_keep_mask, sink_attention
 
 # scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
 SDPA_SHARES_HEADS = torch.__version__ >= (2, 5)
@@ -105,7 +106,8 @@ def _shared_heads(query, key, value):
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch first.
 
-    MultiHeadAttention(embed_dim E, num_heads H, bias=True, dropout=0.0, num_kv_heads=None, rotary_base=None):
+    MultiHeadAttention(embed_dim E, num_heads H, bias=True, dropout=0.0, num_kv_heads=None, rotary_base=None,
+    window=None, sink_tokens=0, learned_sinks=False):
     E must be divisible by H; each head works on d = E / H features. dropout: probability of dropping
     an attention weight, in training mode only (as nn.MultiheadAttention). num_kv_heads H_kv (default H)
     must divide H: the key and value projections make H_kv heads and each serves H / H_kv query heads
@@ -113,6 +115,10 @@ class MultiHeadAttention(nn.Module):
     inside the layer), or the base of lesson 8's rotary embedding (attn.apply_rotary), which then
     rotates every head's queries and keys by their positions; positions count from 0, continue from
     len(cache) with a cache, and the queries are aligned to the end of the keys (self-attention).
+    Lesson 14: window W (default None, every key) lets the query at position p see keys
+    p - W < j <= p only (causal, whatever is_causal says), plus the first sink_tokens positions;
+    learned_sinks=True adds one learned logit per head to each softmax's denominator (gpt-oss),
+    the parameter ``sink_logits`` (H,), and always runs the explicit path.
 
     forward(query (B, T_q, E), key (B, T_new, E), value (B, T_new, E), mask=None, key_padding_mask=None,
     is_causal=False, need_weights=False, cache=None) returns output (B, T_q, E), or
@@ -125,16 +131,26 @@ class MultiHeadAttention(nn.Module):
     - is_causal: query i may attend to keys up to its own position, counted from the END of the keys
       (query i is position T_k - T_q + i), which is what decoding with a cache needs. Combined with the masks.
     - cache: an attn.KVCache; this call's keys and values (B, H_kv, T_new, d) are appended to it and
-      attention runs over every cached position. One cache per layer.
+      attention runs over every cached position. One cache per layer. A windowed layer may take an
+      attn.RingKVCache of its window and sinks instead (then no mask or key_padding_mask).
     A row with no allowed key gives zero weights and a zero attention output (the output projection's
-    bias remains). The inputs are checked first (attn.common.validate): kinds, dtypes, devices and shapes, then
+    bias remains). The inputs are checked first (attn.common.layer_checks): kinds, dtypes, devices and shapes, then
     that query, key and value hold no NaN or inf (one reduction per input, a ValueError if they do).
     """
 
-    def __init__(self, embed_dim, num_heads, bias=True, dropout=0.0, num_kv_heads=None, rotary_base=None):
+    def __init__(
+        self, embed_dim, num_heads, bias=True, dropout=0.0, num_kv_heads=None,
+        rotary_base=None, window=None, sink_tokens=0, learned_sinks=False,
+    ):
         super().__init__()
         embed_dim, num_heads, dropout, num_kv_heads = check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads)
         self.rotary_base = check_rotary_base(rotary_base, embed_dim // num_heads)
+        self.window, self.sink_tokens = check_window_arguments(window, sink_tokens)  # lesson 14
+        if not isinstance(learned_sinks, bool):
+            raise TypeError(f"learned_sinks must be True or False, got {type(learned_sinks).__name__} {learned_sinks!r}")
+        if learned_sinks and dropout:
+            raise ValueError(f"learned_sinks cannot be combined with dropout={dropout}: the sink path has no dropout")
+        self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if learned_sinks else None
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.head_dim, self.dropout = embed_dim // num_heads, dropout
         self.query_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -147,6 +163,7 @@ class MultiHeadAttention(nn.Module):
         is_causal=False, need_weights=False, cache=None,
     ):
         check_inputs(self, query, key, value, is_causal, cache)
+        check_window_call(self, mask, key_padding_mask, cache)
         # q: (B, H, T_q, d); k and v: (B, H_kv, T_new, d)
         q = split_heads(self.query_proj(query), self.num_heads)
         k = split_heads(self.key_proj(key), self.num_kv_heads)
@@ -156,14 +173,27 @@ class MultiHeadAttention(nn.Module):
         q, k = self._rotate(q, k, cache)  # rotary positions (lesson 13), if any
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
+        if self.window is not None:  # lesson 14: the window's band, causal by itself
+            keep_mask, is_causal = self._window(keep_mask, q, k, cache), False
         dropout_p = self.dropout if self.training else 0.0
         attention_inputs = (q, k, v, keep_mask, dropout_p, is_causal)
-        if need_weights:  # the explicit path, which keeps the weights
+        if self.sink_logits is not None:  # lesson 14: learned sinks, written out
+            heads, weights = self._sink_attention(*attention_inputs)
+        elif need_weights:  # the explicit path, which keeps the weights
             heads, weights = _explicit_attention(*attention_inputs)
         else:  # scaled_dot_product_attention: fused where a kernel accepts it
             heads, weights = _fused_attention(*attention_inputs), None
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output
+
+    def _window(self, keep_mask, q, k, cache):
+        """The keep-mask AND the window's band (with its sink tokens), for q (B, H, T_q, d) and k (B, H_kv, T_k, d)."""
+        return layer_keep_mask(keep_mask, q.shape[2], k.shape[2], self.window, self.sink_tokens, cache, q.device)
+
+    def _sink_attention(self, q, k, v, keep_mask, dropout_p, is_causal):
+        """Attention with a learned sink logit per head in every softmax's denominator (lesson 14)."""
+        keep_mask = add_causal(keep_mask, is_causal, q.shape[2], k.shape[2], q.device)
+        return sink_attention(q, k, v, self.sink_logits, keep_mask)
 
     def _rotate(self, q, k, cache):
         """Rotary positions (lesson 8) for q (B, H, T_q, d) and k (B, H_kv, T_new, d), unchanged without a

@@ -207,9 +207,11 @@ def test_the_copying_cache_moves_more_than_the_count():
     prefix = torch.randn(1, 9, 32)
     with torch.inference_mode():
         attention(prefix, prefix, prefix, is_causal=True, cache=cache)
-        with _PersistentBytes(attention.parameters(), (cache.keys, cache.values)) as counter:
+        old = (cache.keys, cache.values)  # kept alive, so that no new tensor reuses their memory and is counted
+        with _PersistentBytes(attention.parameters(), old) as counter:
             attention(prefix[:, :1], prefix[:, :1], prefix[:, :1], is_causal=True, cache=cache)
     assert counter.counted["cache_read"] == 2 * 4 * 9 * 8 * 4  # the old cache, read by torch.cat
+    del old
     assert counter.counted["cache_written"] == 0  # written to new memory instead, and read from there by attention
 
 

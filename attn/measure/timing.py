@@ -145,3 +145,29 @@ def seconds_per_token(model, length, use_cache, warmup=2, repeats=7, seed=0):
         model(tokens[:, :-1], caches)  # prefill: positions 0 .. length - 2
     newest = tokens[:, -1:]  # (1, 1)
     return median_seconds(lambda: model(newest, caches), device, warmup, repeats)
+
+
+def window_decode_times(lengths=(256, 1024, 4096), window=128, embed_dim=64, num_heads=4, num_layers=2,
+                        warmup=2, repeats=7, device="cpu"):
+    """Seconds per generated token at each length, with every layer global (a growing KVCache, lesson 10)
+    and with every layer local (a RingKVCache of ``window`` positions, lesson 14), and the cache bytes.
+
+    Both models are the course's Decoder with the same weights; a step feeds one token (batch of one)
+    after the first length - 1 positions were prefilled (seconds_per_token, above). Returns rows
+    {"length", "cache", "seconds", "cache_bytes"}.
+    """
+    from attn.models.decoder import Decoder
+
+    rows = []
+    for kind in ("global", "local"):
+        torch.manual_seed(0)
+        model = Decoder(16, max(lengths) + warmup + repeats, embed_dim, num_heads, num_layers,
+                        window=window if kind == "local" else None).to(device).eval()
+        for length in lengths:
+            seconds = seconds_per_token(model, length, use_cache=True, warmup=warmup, repeats=repeats)
+            caches = model.new_caches()
+            with torch.no_grad():
+                model(torch.zeros(1, length, dtype=torch.long, device=device), caches)
+            rows.append({"length": length, "cache": "growing" if kind == "global" else f"ring (W={window})",
+                         "seconds": seconds, "cache_bytes": sum(cache.nbytes for cache in caches)})
+    return rows

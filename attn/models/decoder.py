@@ -17,6 +17,7 @@ from attn.common.layer_checks import check_parameters
 from attn.common.sizes import check_allocation
 from attn.common.validate import is_whole_number, positive_int, require_tensor, type_name, whole_count
 from attn.kvcache import KVCache
+from attn.ring_cache import RingKVCache
 from attn.sampling import check_sampling, sample_next
 
 
@@ -39,9 +40,14 @@ class Decoder(nn.Module):
     position t, which sees only positions 0..t (every block runs with is_causal=True). With ``caches``
     (one KVCache per block, from ``new_caches()``), the tokens continue the cached sequence: their
     positions start at len(caches[0]) and every block appends their keys and values to its cache.
+
+    Lesson 14: ``layer_types``, one of "local" or "global" per layer (default: all "local" when a
+    ``window`` is given, else all "global"), makes the local layers sliding-window layers of
+    ``window`` keys and ``sink_tokens`` sinks; ``new_caches()`` then gives them RingKVCaches.
     """
 
-    def __init__(self, vocab_size, max_length, embed_dim=32, num_heads=4, num_layers=2, num_kv_heads=None, mlp_ratio=4):
+    def __init__(self, vocab_size, max_length, embed_dim=32, num_heads=4, num_layers=2, num_kv_heads=None, mlp_ratio=4,
+                 window=None, sink_tokens=0, layer_types=None):
         super().__init__()
         self.vocab_size, self.max_length = positive_int("vocab_size", vocab_size), positive_int("max_length", max_length)
         embed_dim = positive_int("embed_dim", embed_dim)  # checked here, before nn.Embedding sees it
@@ -51,8 +57,12 @@ class Decoder(nn.Module):
         check_parameters(f"Decoder(vocab_size={self.vocab_size}, embed_dim={embed_dim}, num_layers={num_layers})", size)
         self.token_embedding = nn.Embedding(self.vocab_size, embed_dim)
         self.position_embedding = nn.Embedding(self.max_length, embed_dim)
-        layers = range(positive_int("num_layers", num_layers))
-        self.blocks = nn.ModuleList(TransformerBlock(embed_dim, num_heads, mlp_ratio, num_kv_heads=num_kv_heads) for _ in layers)
+        self.layer_types = check_layer_types(layer_types, positive_int("num_layers", num_layers), window)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(embed_dim, num_heads, mlp_ratio, num_kv_heads=num_kv_heads,
+                             window=window if kind == "local" else None, sink_tokens=sink_tokens if kind == "local" else 0)
+            for kind in self.layer_types
+        )
         self.norm = nn.LayerNorm(embed_dim)
         self.readout = nn.Linear(embed_dim, self.vocab_size)
 
@@ -67,8 +77,29 @@ class Decoder(nn.Module):
         return self.readout(self.norm(x))  # (B, T, vocab_size)
 
     def new_caches(self):
-        """One empty KVCache per block, for one batch of sequences."""
-        return [KVCache() for _ in self.blocks]
+        """One empty cache per block, for one batch of sequences: a RingKVCache for a local block, else a KVCache."""
+        return [new_cache(block.attention) for block in self.blocks]
+
+
+def new_cache(attention):
+    """The cache an attention layer needs: a RingKVCache of its window and sinks if it has a window, else a KVCache."""
+    if attention.window is None:
+        return KVCache()
+    return RingKVCache(attention.window, attention.sink_tokens)
+
+
+def check_layer_types(layer_types, num_layers, window):
+    """``layer_types`` as a tuple of num_layers strings, "local" or "global" (default from ``window``)."""
+    if layer_types is None:
+        return ("global" if window is None else "local",) * num_layers
+    if not isinstance(layer_types, list | tuple) or not all(isinstance(kind, str) for kind in layer_types):
+        raise TypeError(f"layer_types must be a list of 'local' or 'global', one per layer, got {type_name(layer_types)}")
+    if len(layer_types) != num_layers or not set(layer_types) <= {"local", "global"}:
+        raise ValueError(f"layer_types must list 'local' or 'global' for each of the {num_layers} layers, "
+                         f"got {list(layer_types)}")
+    if "local" in layer_types and window is None:
+        raise ValueError("layer_types has local layers but window is None; give the window they use")
+    return tuple(layer_types)
 
 
 def train(model, sequences, steps=300, learning_rate=3e-3, first_target=2):

@@ -23,6 +23,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson11,
     lesson12,
     lesson13,
+    lesson14,
     lesson15,
     primer,
 )

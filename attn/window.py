@@ -1,0 +1,246 @@
+"""Attention that forgets (lesson 14): sliding windows, sink tokens and learned sink logits.
+
+A sliding window lets the query at absolute position p see the keys p - window < j <= p: its last
+``window`` keys, itself included (the convention of Mistral's, Gemma's and gpt-oss's code in Hugging
+Face transformers). Sink tokens, the first ``sink_tokens`` positions, stay visible to every later
+query (StreamingLLM). A learned sink logit (gpt-oss) is one more score per head in the softmax's
+denominator: it takes weight and gives no value back.
+"""
+
+import math
+import numbers
+
+import torch
+
+from attn.common.layer_checks import check_attention_shapes
+from attn.common.validate import require_tensor, type_name
+from attn.ring_cache import RingKVCache
+
+MAX_MASK_ENTRIES = 2**32  # 4 GiB of booleans: a larger mask is surely a mistake
+
+
+def check_window_arguments(window, sink_tokens):
+    """``window`` (None or a positive int) and ``sink_tokens`` (an int >= 0, only with a window)."""
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, numbers.Integral):
+            raise TypeError(f"window must be None or a positive int (keys each query sees), got {type_name(window)} {window!r}")
+        if window < 1:
+            raise ValueError(f"window must be at least 1 (a query sees at least itself), got {window}")
+        window = int(window)
+    if isinstance(sink_tokens, bool) or not isinstance(sink_tokens, numbers.Integral):
+        raise TypeError(f"sink_tokens must be an int >= 0 (the first positions kept visible), got {type_name(sink_tokens)} "
+                        f"{sink_tokens!r}")
+    if sink_tokens < 0:
+        raise ValueError(f"sink_tokens must be 0 or more, got {sink_tokens}")
+    if sink_tokens and window is None:
+        raise ValueError(f"sink_tokens={sink_tokens} needs a window: without one every key is visible already")
+    return window, int(sink_tokens)
+
+
+def _check_length(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type_name(value)} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be 0 or more, got {value}")
+    return int(value)
+
+
+def window_keep_mask(query_positions, key_positions, window, sink_tokens=0):
+    """Keep-mask (T_q, T_k) from absolute positions: key j is kept for query p when
+    j <= p and (p - window < j or j < sink_tokens).
+
+    query_positions (T_q,), key_positions (T_k,): integer tensors on one device, in any order
+    (a ring buffer stores its keys out of order).
+    """
+    window, sink_tokens = check_window_arguments(window, sink_tokens)
+    if window is None:
+        raise ValueError("window must be a positive int here, got None")
+    for name, positions in (("query_positions", query_positions), ("key_positions", key_positions)):
+        require_tensor(name, positions)
+        if positions.dim() != 1 or positions.is_floating_point() or positions.dtype == torch.bool:
+            raise ValueError(f"{name} must be a 1-D integer tensor, got {positions.dtype} {tuple(positions.shape)}")
+    query, key = query_positions[:, None], key_positions[None, :]  # (T_q, 1), (1, T_k)
+    causal = key <= query
+    recent = key > query - window
+    sink = key < sink_tokens
+    return causal & (recent | sink)  # (T_q, T_k)
+
+
+def sliding_window_mask(t_q, t_k, window, sink_tokens=0, device=None):
+    """Bool keep-mask (T_q, T_k), causal and end-aligned: query i sits at absolute position
+    p = T_k - T_q + i and sees keys p - window < j <= p, plus keys j < sink_tokens."""
+    t_q, t_k = _check_length("T_q", t_q), _check_length("T_k", t_k)
+    if t_q > t_k:
+        raise ValueError(f"T_q={t_q} is more than T_k={t_k}: end-aligned, each query needs its own key among the keys")
+    if t_q * t_k > MAX_MASK_ENTRIES:
+        raise ValueError(f"a ({t_q}, {t_k}) mask would hold {t_q * t_k:,} entries, more than {MAX_MASK_ENTRIES:,}; "
+                         "decode with an attn.RingKVCache instead of building the whole mask")
+    key_positions = torch.arange(t_k, device=device)  # (T_k,)
+    return window_keep_mask(key_positions[t_k - t_q:], key_positions, window, sink_tokens)
+
+
+def layer_keep_mask(keep_mask, t_q, t_k, window, sink_tokens, cache, device):
+    """The keep-mask a windowed layer attends with: ``keep_mask`` (4-D or None) AND the window's
+    mask (1, 1, T_q, T_k), from the ring cache's key positions when the keys came from one."""
+    if isinstance(cache, RingKVCache):
+        key_positions = cache.key_positions.to(device)  # (T_k,): where each returned key sits
+        window_mask = window_keep_mask(key_positions[-t_q:], key_positions, window, sink_tokens)
+    else:
+        window_mask = sliding_window_mask(t_q, t_k, window, sink_tokens, device)
+    window_mask = window_mask[None, None]  # (1, 1, T_q, T_k)
+    return window_mask if keep_mask is None else keep_mask & window_mask
+
+
+def check_window_call(layer, mask, key_padding_mask, cache):
+    """A ring cache only goes with a windowed layer of the same window and sinks, and no extra masks."""
+    if not isinstance(cache, RingKVCache):
+        return
+    if layer.window is None:
+        raise ValueError(f"{cache!r} forgets old positions, but this layer has no window (a global layer): "
+                         "give it an attn.KVCache instead")
+    if (cache.window, cache.sink_tokens) != (layer.window, layer.sink_tokens):
+        raise ValueError(f"the ring cache keeps window={cache.window}, sink_tokens={cache.sink_tokens} but the layer "
+                         f"attends with window={layer.window}, sink_tokens={layer.sink_tokens}; make them equal")
+    if mask is not None or key_padding_mask is not None:
+        raise ValueError("mask and key_padding_mask cannot be used with a ring cache (its keys are stored out of order); "
+                         "the window's own mask is applied")
+
+
+def sink_attention(query, key, value, sink_logits, keep_mask=None):
+    """Attention with one learned sink logit per head (gpt-oss), written out.
+
+    query (B, H, T_q, d); key, value (B, H_kv, T_k, d), H_kv dividing H; sink_logits (H,);
+    keep_mask broadcastable to (B, H, T_q, T_k) or None. Each row's softmax runs over its scores
+    and the sink logit; the sink's share is dropped, so a row's weights sum to less than 1.
+    Returns output (B, H, T_q, d) and weights (B, H, T_q, T_k).
+    """
+    _check_sink_inputs(query, key, value, sink_logits)
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)  # (B, H, T_k, d)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (B, H, T_q, T_k)
+    if keep_mask is not None:
+        scores = scores.masked_fill(~keep_mask, float("-inf"))
+    sink_column = sink_logits[None, :, None, None].expand(*scores.shape[:3], 1)  # (B, H, T_q, 1)
+    weights = torch.softmax(torch.cat((scores, sink_column), dim=-1), dim=-1)[..., :-1]  # sink's share dropped
+    return weights @ value, weights
+
+
+def sink_rescale(output, logsumexp, sink_logits):
+    """The log-sum-exp form of the learned sink: plain attention's output (B, H, T_q, d) and its row
+    log-sum-exp (B, H, T_q), rescaled by sigmoid(logsumexp - sink), the share the keys keep."""
+    require_tensor("output", output)
+    require_tensor("logsumexp", logsumexp)
+    require_tensor("sink_logits", sink_logits)
+    if output.dim() != 4 or logsumexp.shape != output.shape[:3] or sink_logits.shape != (output.shape[1],):
+        raise ValueError(f"expected output (B, H, T_q, d), logsumexp (B, H, T_q) and sink_logits (H,), got "
+                         f"{tuple(output.shape)}, {tuple(logsumexp.shape)}, {tuple(sink_logits.shape)}")
+    keep_share = torch.sigmoid(logsumexp - sink_logits[None, :, None])  # (B, H, T_q)
+    return output * keep_share[..., None]
+
+
+def _check_sink_inputs(query, key, value, sink_logits):
+    check_attention_shapes(query, key, value)
+    require_tensor("sink_logits", sink_logits)
+    if sink_logits.shape != (query.shape[1],):
+        raise ValueError(f"sink_logits must have one logit per query head, shape ({query.shape[1]},), "
+                         f"got {tuple(sink_logits.shape)}")
+
+
+# Checking against the models that use windows --------------------------------------------------
+
+
+def rotary_pairing(head_dim):
+    """The order (d,) that takes a query or key in the rotate_half layout (feature i pairs with i + d/2,
+    as Hugging Face's Mistral, Gemma and gpt-oss code pairs them) to the course's layout (2i pairs with 2i + 1)."""
+    half = head_dim // 2
+    return torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).flatten()  # (d,)
+
+
+class ModelAttention(torch.nn.Module):
+    """A real model's attention layer from the course's pieces (lesson 14).
+
+    ``attention``: an attn.MultiHeadAttention (its projections, window, sinks and learned sink logits);
+    ``rotary_base``: rotary positions (lesson 8) on queries and keys, or None; ``qk_norm_eps``: a per-head
+    RMSNorm of queries and keys before rotary, each with its own scale (d,) (Gemma 3), or None.
+    forward(x (B, T, E)) -> (B, T, E), one causal pass over positions 0..T-1.
+    """
+
+    def __init__(self, attention, rotary_base=None, qk_norm_eps=None):
+        super().__init__()
+        self.attention, self.rotary_base, self.qk_norm_eps = attention, rotary_base, qk_norm_eps
+        if qk_norm_eps is not None:
+            self.query_norm_scale = torch.nn.Parameter(torch.ones(attention.head_dim))
+            self.key_norm_scale = torch.nn.Parameter(torch.ones(attention.head_dim))
+
+    def _rms_norm(self, x, scale):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.qk_norm_eps) * scale
+
+    def forward(self, x):
+        from attn.multihead import explicit_attention, merge_heads, split_heads
+        from attn.positions import apply_rotary
+
+        layer = self.attention
+        q = split_heads(layer.query_proj(x), layer.num_heads)  # (B, H, T, d)
+        k = split_heads(layer.key_proj(x), layer.num_kv_heads)  # (B, H_kv, T, d)
+        v = split_heads(layer.value_proj(x), layer.num_kv_heads)
+        if self.qk_norm_eps is not None:
+            q, k = self._rms_norm(q, self.query_norm_scale), self._rms_norm(k, self.key_norm_scale)
+        if self.rotary_base is not None:
+            q, k = apply_rotary(q, base=self.rotary_base), apply_rotary(k, base=self.rotary_base)
+        length = x.shape[1]
+        if layer.window is None:
+            keep_mask = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
+        else:
+            keep_mask = sliding_window_mask(length, length, layer.window, layer.sink_tokens, x.device)
+        if layer.sink_logits is not None:
+            heads, _ = sink_attention(q, k, v, layer.sink_logits, keep_mask)
+        else:
+            heads, _ = explicit_attention(q, k, v, keep_mask)
+        return layer.out_proj(merge_heads(heads))
+
+    @classmethod
+    def from_transformers(cls, module, rotary_base=None):
+        """The course's copy of a transformers MistralAttention, Gemma3Attention or GptOssAttention:
+        weights copied (query and key rows reordered to the course's rotary pairing), window, learned
+        sinks and QK-norm taken from the module. ``rotary_base``: the base its model's rotary uses."""
+        from attn.multihead import MultiHeadAttention
+
+        needed = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling")
+        if not isinstance(module, torch.nn.Module) or not all(hasattr(module, name) for name in needed):
+            raise TypeError(f"module must be a transformers attention layer (MistralAttention, Gemma3Attention or "
+                            f"GptOssAttention), got {type_name(module)}")
+        if rotary_base is not None and (isinstance(rotary_base, bool) or not isinstance(rotary_base, numbers.Real)
+                                        or not rotary_base > 0):
+            raise ValueError(f"rotary_base must be None or a positive number, got {rotary_base!r}")
+        head_dim = module.head_dim
+        num_heads = module.q_proj.out_features // head_dim
+        num_kv_heads = module.k_proj.out_features // head_dim
+        embed_dim = module.q_proj.in_features
+        if num_heads * head_dim != embed_dim:
+            raise ValueError(f"the course's layer needs H * d = E, got {num_heads} * {head_dim} != {embed_dim}")
+        if not math.isclose(module.scaling, head_dim**-0.5):
+            raise ValueError(f"the course scales scores by 1/sqrt(d) = {head_dim**-0.5:.4g}, the module by {module.scaling:.4g}")
+        # Gemma 3 and gpt-oss keep the window on the layer (None on global layers); Mistral in its config.
+        window = getattr(module, "sliding_window", getattr(module.config, "sliding_window", None))
+        layer = MultiHeadAttention(embed_dim, num_heads, bias=module.q_proj.bias is not None, num_kv_heads=num_kv_heads,
+                                   window=window, learned_sinks=hasattr(module, "sinks"))
+        pairing = rotary_pairing(head_dim) if rotary_base is not None else torch.arange(head_dim)
+        qk_norm_eps = module.q_norm.eps if hasattr(module, "q_norm") else None
+        copy = cls(layer, rotary_base, qk_norm_eps).to(module.q_proj.weight.dtype)
+        with torch.no_grad():
+            for ours, theirs, heads, reorder in (
+                (layer.query_proj, module.q_proj, num_heads, True), (layer.key_proj, module.k_proj, num_kv_heads, True),
+                (layer.value_proj, module.v_proj, num_kv_heads, False), (layer.out_proj, module.o_proj, 1, False),
+            ):
+                rows = torch.arange(ours.out_features)
+                if reorder:  # each head's features in the course's rotary pairing
+                    rows = (torch.arange(heads)[:, None] * head_dim + pairing).flatten()
+                ours.weight.copy_(theirs.weight[rows])
+                if ours.bias is not None:
+                    ours.bias.copy_(theirs.bias[rows])
+            if layer.sink_logits is not None:
+                layer.sink_logits.copy_(module.sinks)
+            if copy.qk_norm_eps is not None:  # Gemma's RMSNorm scales by 1 + weight
+                copy.query_norm_scale.copy_(1 + module.q_norm.weight[pairing])
+                copy.key_norm_scale.copy_(1 + module.k_norm.weight[pairing])
+        return copy.eval()

@@ -10,6 +10,7 @@ where it points. ``write_text`` then writes through a temporary file renamed int
 failure never leaves half a file.
 """
 
+import argparse
 import os
 import stat
 import tempfile
@@ -94,3 +95,29 @@ def _can_create_in(folder):
             return True
     except OSError:
         return False
+
+
+def output_folder(text, file_names, example="lessons/models"):
+    """``text`` as a Path, if it names a folder that is there (or can be made) and can be written in, where none of
+    ``file_names`` is taken by a folder; a ValueError (TypeError for a non-path) saying what is wrong otherwise."""
+    if not isinstance(text, str | os.PathLike):
+        raise TypeError(f"out must be a folder's path, such as {example!r}, got {type(text).__name__}")
+    problem = folder_problem(text, example=example)
+    taken = [Path(text) / name for name in file_names if (Path(text) / name).is_dir()] if problem is None else []
+    if taken:
+        problem = f"{taken[0]} is a folder, so the file of that name cannot be written; move it away"
+    if problem is not None:
+        raise ValueError(problem)
+    return Path(text)
+
+
+def folder_argument(*file_names, example="lessons/models"):
+    """An argparse ``type=`` for ``--out FOLDER`` that will hold ``file_names``: checked before any work starts."""
+
+    def check(text):
+        try:
+            return output_folder(text, file_names, example)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return check

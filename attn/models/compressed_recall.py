@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attn.common.destinations import folder_problem
+from attn.common.destinations import folder_argument, write_text
 from attn.common.validate import positive_int
 from attn.latent import LatentAttention
 from attn.linear import gated_delta_rule_chunked
@@ -160,17 +160,9 @@ def run_all(out, seeds=SEEDS, steps=STEPS, progress=print):
         record["hybrid"]["runs"][name] = {"accuracy": [a for a, _ in results], "parameters": results[0][1]}
         progress(f"hybrid {name:>11}: accuracy {[a for a, _ in results]}  ({time.perf_counter() - started:.0f} s)")
     Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / RESULTS_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    write_text(Path(out) / RESULTS_NAME, json.dumps(record, indent=1) + "\n")
     return record
 
-
-def _output_folder(text):
-    problem = folder_problem(text)
-    if problem is None and (Path(text) / RESULTS_NAME).is_dir():
-        problem = f"{Path(text) / RESULTS_NAME} is a folder, so the file of that name cannot be written; move it away"
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(text)
 
 
 def _seed_count(text):
@@ -191,7 +183,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m attn.models.compressed_recall",
         description="Train lesson 15's recall comparisons (cache: MHA, GQA, MQA, MLA; hybrid: delta and full stacks).")
-    parser.add_argument("--out", required=True, type=_output_folder, help=f"folder for {RESULTS_NAME}")
+    parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
     parser.add_argument("--seeds", type=_seed_count, default=len(SEEDS), help="how many seeds, 0, 1, ... (default 5)")
     parser.add_argument("--steps", type=_step_count, default=STEPS, help=f"training steps per run (default {STEPS})")
     args = parser.parse_args(argv)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
+from attn.common.destinations import write_text
 from attn.common.validate import type_name
 from attn.models.corpus import TITLES, austen
 from attn.models.lm import HELD_OUT, AustenLM, load
@@ -208,7 +209,7 @@ def main(argv=None):
     model, tokenizer = load(args.model)
     held_out = torch.tensor(tokenizer.encode(novels[HELD_OUT]), dtype=torch.long)
     record = measure(model, held_out)
-    (args.model / HEADS_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    write_text(args.model / HEADS_NAME, json.dumps(record, indent=1) + "\n")
     print(f"held-out loss {record['loss']:.3f}, without the first token {record['loss_without_first_token']:.3f}; "
           f"copies: first {record['first_copy_loss']:.3f}, second {record['second_copy_loss']:.3f}. "
           f"Wrote {args.model / HEADS_NAME}.", file=sys.stdout)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
+from attn.common.destinations import folder_argument, write_text
 from attn.models.corpus import TITLES, austen
 from attn.models.lm import (
     CHECKPOINT_NAME,
@@ -293,19 +294,8 @@ def write_outputs(out, model, tokenizer, config, log):
     weights = {name: tensor.half() for name, tensor in model.state_dict().items() if name != "readout.weight"}
     torch.save({"config": config, "weights": weights}, out / WEIGHTS_NAME)
     tokenizer.save(out / TOKENIZER_NAME)
-    (out / LOG_NAME).write_text(json.dumps(log, indent=1) + "\n")
+    write_text(out / LOG_NAME, json.dumps(log, indent=1) + "\n")
 
-
-def _output_folder(text):
-    from attn.common.destinations import folder_problem
-
-    problem = folder_problem(text)
-    for name in (WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME, CHECKPOINT_NAME):
-        if problem is None and (Path(text) / name).is_dir():
-            problem = f"{Path(text) / name} is a folder, so the file of that name cannot be written; move it away"
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(text)
 
 
 def _whole_number(minimum):
@@ -328,18 +318,21 @@ def _corpus_or_error(parser, folder):
         parser.error(str(error))
 
 
+OUTPUT_FOLDER = folder_argument(WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME, CHECKPOINT_NAME)  # --out, checked first
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m attn.lm", description="The course's Austen language model.")
     commands = parser.add_subparsers(dest="command", required=True)
     trainer = commands.add_parser("train", help="train the model (seeded; resumes after an interruption)")
-    trainer.add_argument("--out", required=True, type=_output_folder, help="folder for weights, tokenizer and log")
+    trainer.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder for weights, tokenizer and log")
     trainer.add_argument("--size", choices=sorted(SIZES), default="full", help="full (the shipped model) or tiny (seconds)")
     trainer.add_argument("--steps", type=_whole_number(1), default=None, help="training steps (default: the size's)")
     trainer.add_argument("--seed", type=_whole_number(0), default=None, help="seed (default 0)")
     trainer.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
     trainer.add_argument("--threads", type=_whole_number(1), default=1, help="math threads (default 1: same sums everywhere)")
     exporter = commands.add_parser("export", help="ship the last checkpoint of a training that could not finish")
-    exporter.add_argument("--out", required=True, type=_output_folder, help="folder holding austen_checkpoint.pt")
+    exporter.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_checkpoint.pt")
     exporter.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
     args = parser.parse_args(argv)
     if args.command == "export":

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_problem
+from attn.common.destinations import folder_argument, write_text
 from attn.window import check_window_arguments
 
 WINDOWS = (16, 64)
@@ -116,24 +116,16 @@ def run(out, corpus=None, models=None, windows=WINDOWS, sink_counts=SINK_COUNTS,
     record = measure(model, streams, windows, sink_counts)
     record.update({"held_out": HELD_OUT, "torch": torch.__version__, "threads": torch.get_num_threads()})
     Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / RESULTS_NAME).write_text(json.dumps(record, indent=1) + "\n")
+    write_text(Path(out) / RESULTS_NAME, json.dumps(record, indent=1) + "\n")
     return record
 
-
-def _output_folder(text):
-    problem = folder_problem(text)
-    if problem is None and (Path(text) / RESULTS_NAME).is_dir():
-        problem = f"{Path(text) / RESULTS_NAME} is a folder, so the file of that name cannot be written; move it away"
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(text)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m attn.models.window_austen",
         description="Read the held-out novel with lesson 13's model: full attention, a window, a window with sinks.")
-    parser.add_argument("--out", required=True, type=_output_folder, help=f"folder for {RESULTS_NAME}")
+    parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_problem
+from attn.common.destinations import folder_argument, write_text
 from attn.common.validate import positive_int
 from attn.models.decoder import Decoder
 
@@ -115,17 +115,9 @@ def run_all(out, stacks=tuple(STACKS), seeds=SEEDS, steps=STEPS, per_distance=TE
             record["runs"].append(result)
             progress(f"{stack:>15}, seed {seed}: final loss {result['final_loss']:.3f}, {result['seconds']} s")
     Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / RUNS_NAME).write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    write_text(Path(out) / RUNS_NAME, json.dumps(record, separators=(",", ":")) + "\n")
     return record
 
-
-def _output_folder(text):
-    problem = folder_problem(text)
-    if problem is None and (Path(text) / RUNS_NAME).is_dir():
-        problem = f"{Path(text) / RUNS_NAME} is a folder, so the file of that name cannot be written; move it away"
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(text)
 
 
 def _stack(text):
@@ -155,7 +147,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m attn.models.window_runs",
         description="Train each stack of local and global layers on recall at a distance, with seeds 0-2.")
-    parser.add_argument("--out", required=True, type=_output_folder, help=f"folder for {RUNS_NAME}")
+    parser.add_argument("--out", required=True, type=folder_argument(RUNS_NAME), help=f"folder for {RUNS_NAME}")
     parser.add_argument("--stacks", nargs="+", type=_stack, default=list(STACKS), help="stacks to train (default: all)")
     parser.add_argument("--seeds", nargs="+", type=_seed, default=list(SEEDS), help="seeds (default: 0 1 2)")
     parser.add_argument("--steps", type=_count, default=STEPS, help=f"training steps (default {STEPS})")

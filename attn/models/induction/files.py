@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from attn.common.destinations import folder_problem, write_text, write_through_temporary
+from attn.common import destinations
+from attn.common.destinations import folder_argument, write_text, write_through_temporary
 from attn.models.induction.checks import check_int
 from attn.models.induction.data import (
     BATCH_SIZE,
@@ -110,31 +111,21 @@ def _weights_file(folder, num_layers):
     return path
 
 
+OUTPUT_NAMES = (*(weights_path("", layers).name for layers in (1, 2)), LOG_NAME)  # what --out will hold
+
+
 def output_folder(text):
     """``text`` as a Path, if it is a folder that is there, or can be made, where the weights and log can be written."""
-    if not isinstance(text, str | os.PathLike):
-        raise TypeError(f"out must be a folder's path, such as 'lessons/models', got {type(text).__name__}")
-    problem = folder_problem(text)
-    if problem is None:
-        taken = [path for path in (*(weights_path(text, layers) for layers in (1, 2)), Path(text) / LOG_NAME) if path.is_dir()]
-        problem = f"{taken[0]} is a folder, so the file of that name cannot be written; move it away" if taken else None
-    if problem is not None:
-        raise ValueError(problem)
-    return Path(text)
+    return destinations.output_folder(text, OUTPUT_NAMES)
 
 
-def _output_folder(text):
-    """--out: a folder that is there, or can be made, and can be written in; checked before training starts."""
-    try:
-        return output_folder(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+_out_folder = folder_argument(*OUTPUT_NAMES)  # --out, checked before three thousand steps of training
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m attn.models.induction",
                                      description="Train lesson 11's one- and two-layer models and save them.")
-    parser.add_argument("--out", required=True, type=_output_folder, help="folder for the weights and the training log")
+    parser.add_argument("--out", required=True, type=_out_folder, help="folder for the weights and the training log")
     args = parser.parse_args(argv)  # --out is checked here, before three thousand steps of training
     record = train_and_save(args.out)
     for num_layers, result in record["models"].items():

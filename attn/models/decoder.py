@@ -6,7 +6,6 @@ final LayerNorm and a linear readout to one score (logit) per vocabulary entry. 
 the first two tokens fix every later one and a reader can check a generated sequence at a glance.
 """
 
-import math
 import numbers
 
 import torch
@@ -15,7 +14,7 @@ from torch import nn
 from attn.block import TransformerBlock
 from attn.common.layer_checks import check_parameters
 from attn.common.sizes import check_allocation
-from attn.common.validate import is_whole_number, positive_int, require_tensor, type_name, whole_count
+from attn.common.validate import is_whole_number, positive_int, positive_number, require_tensor, type_name, whole_count
 from attn.kvcache import KVCache
 from attn.ring_cache import RingKVCache
 from attn.sampling import check_sampling, sample_next
@@ -109,7 +108,7 @@ def train(model, sequences, steps=300, learning_rate=3e-3, first_target=2):
     have been seen, so earlier predictions cannot be right and are not scored. Deterministic given the
     model's initial weights (full batches, no dropout).
     """
-    steps, learning_rate = positive_int("steps", steps), _positive_number("learning_rate", learning_rate)
+    steps, learning_rate = positive_int("steps", steps), positive_number("learning_rate", learning_rate)
     check_tokens(model, sequences, "sequences")
     length = sequences.shape[1]
     if length < 2:
@@ -242,14 +241,6 @@ def check_room(model, length, what):
             "it has learned position embeddings for positions 0 .. max_length - 1 only"
         )
 
-
-def _positive_number(name, value):
-    """``value`` as a float if it is a positive finite real number."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a positive number, got {type_name(value)} {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
 
 
 def _check_chunks(chunks, length):

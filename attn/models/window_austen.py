@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import folder_argument, write_text
+from attn.streaming import check_sink_positions
 from attn.window import check_window_arguments
 
 WINDOWS = (16, 64)
@@ -31,11 +32,16 @@ BIN = 32
 RESULTS_NAME = "window_austen.json"
 
 
-def set_window(model, window, sink_tokens=0):
-    """Give every attention layer of ``model`` (its ``blocks``) this window and these sinks; None: full attention."""
+def set_window(model, window, sink_tokens=0, sink_positions="absolute"):
+    """Give every attention layer of ``model`` (its ``blocks``) this window and these sinks; None: full attention.
+
+    sink_positions: 'absolute' (lesson 14: keys rotated where they stand) or 'cache' (lesson 16: StreamingLLM's
+    places in the cache, attn.streaming)."""
     window, sink_tokens = check_window_arguments(window, sink_tokens)
+    sink_positions = check_sink_positions(sink_positions, window) if window is not None else "absolute"
     for block in model.blocks:
-        block.attention.window, block.attention.sink_tokens = window, sink_tokens
+        attention = block.attention
+        attention.window, attention.sink_tokens, attention.sink_positions = window, sink_tokens, sink_positions
     return model
 
 

@@ -36,9 +36,23 @@ PASSAGE_LENGTH = 64  # tokens per passage in the repeated-passage measures (each
 PASSAGES = 64
 
 
-def _check_model(model):
-    if not isinstance(model, AustenLM):
-        raise TypeError(f"model must be an attn.lm.AustenLM (from attn.lm.load()), got {type_name(model)}")
+def check_course_decoder(model):
+    """``model`` must be a decoder of the course: lesson 13's AustenLM, or any module with its interface (``blocks``
+    whose ``attention`` is an attn.MultiHeadAttention, ``num_heads``, ``context_length``, ``new_caches``), as lesson
+    16's LlamaLM."""
+    from attn.multihead import MultiHeadAttention
+
+    if isinstance(model, AustenLM):
+        return model
+    needed = ("blocks", "num_heads", "context_length", "new_caches", "vocab_size")
+    if not (isinstance(model, torch.nn.Module) and all(hasattr(model, name) for name in needed) and len(model.blocks)
+            and all(isinstance(getattr(block, "attention", None), MultiHeadAttention) for block in model.blocks)):
+        raise TypeError(f"model must be a course decoder (an attn.lm.AustenLM from attn.lm.load(), or a model with its "
+                        f"interface, as attn.pretrained.load() gives), got {type_name(model)}")
+    return model
+
+
+_check_model = check_course_decoder
 
 
 def _check_tokens(tokens, needed):
@@ -80,6 +94,19 @@ def ablate_head(model, layer, head):
     finally:
         with torch.no_grad():
             weight[:, columns] = saved
+
+
+@contextlib.contextmanager
+def ablate_heads(model, heads):
+    """Inside the ``with`` block, every (layer, head) pair in ``heads`` adds nothing (``ablate_head`` for each)."""
+    if not isinstance(heads, list | tuple):
+        raise TypeError(f"heads must be a list of (layer, head) pairs, got {type_name(heads)}")
+    with contextlib.ExitStack() as stack:
+        for pair in heads:
+            if not isinstance(pair, list | tuple) or len(pair) != 2:
+                raise TypeError(f"heads must be a list of (layer, head) pairs, got the entry {pair!r}")
+            stack.enter_context(ablate_head(model, *pair))
+        yield model
 
 
 def without_first_token(length):
@@ -133,6 +160,16 @@ def copy_losses(model, passages):
     logits = model(passages[:, :-1])  # (B, 2P - 1, V)
     losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
     return losses[:, :length - 1].mean().item(), losses[:, length:].mean().item()
+
+
+@torch.no_grad()
+def copy_losses_by_passage(model, passages):
+    """passages (B, 2P), each a passage twice -> (first copy's loss (B,), second copy's (B,)), in nats, each
+    passage's mean over the targets ``copy_losses`` scores."""
+    length = passages.shape[1] // 2
+    logits = model(passages[:, :-1])  # (B, 2P - 1, V)
+    losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
+    return losses[:, :length - 1].mean(dim=1), losses[:, length:].mean(dim=1)
 
 
 def repeated_passages(tokens, count=PASSAGES, length=PASSAGE_LENGTH):

@@ -165,7 +165,8 @@ def head_measures(model, repeated, top_count, draws, seed):
         "top_induction_heads": [list(pair) for pair in chosen],
         "ablated_top_first_copy_loss": top_first, "ablated_top_second_copy_loss": top_second,
         "random_heads": [[list(pair) for pair in heads] for heads in drawn],
-        "ablated_random_first_copy_loss": torch.stack(random_first), "ablated_random_second_copy_loss": torch.stack(random_second),
+        "ablated_random_first_copy_loss": torch.stack(random_first),
+        "ablated_random_second_copy_loss": torch.stack(random_second),
     }
 
 
@@ -369,8 +370,9 @@ def main(argv=None):
         record = run(args.out, args.size, progress=lambda line: print(line, file=sys.stderr, flush=True))
     except FileNotFoundError as error:  # the corpus or a model is missing: its sentence names the command
         parser.error(str(error))
-    print(f"Wrote {Path(args.out) / RESULTS_NAME}: second copy {sum(record['heads']['second_copy_loss']) / len(record['heads']['second_copy_loss']):.2f} "
-          f"nats against {sum(record['heads']['first_copy_loss']) / len(record['heads']['first_copy_loss']):.2f} for the first.")
+    first, second = (torch.tensor(record["heads"][name]).mean().item() for name in ("first_copy_loss", "second_copy_loss"))
+    print(f"Wrote {Path(args.out) / RESULTS_NAME}: a passage's second copy costs {second:.2f} nats a token, "
+          f"its first {first:.2f}.")
 
 
 if __name__ == "__main__":

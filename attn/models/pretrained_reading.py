@@ -41,7 +41,8 @@ RESULTS_NAME = "smollm2_reading.json"
 COMMAND = "python -m attn.models.pretrained_reading"
 
 # Sizes chosen so that "full" runs in about ten minutes on one thread of a 2-core CPU (SmolLM2 reads
-# about 140 tokens a second there); "tiny" runs in seconds (its baselines count only the first 50,000 characters of each training novel).
+# about 140 tokens a second there); "tiny" runs in seconds (its baselines count only the first 50,000
+# characters of each training novel).
 SIZES = {
     "full": {
         "sink_passages": 8, "sink_length": 256,

@@ -186,7 +186,7 @@ def test_logits_and_weights_equal_transformers_in_float32(num_kv_heads):
 def test_logits_and_weights_equal_transformers_in_float64(float64_reference, num_kv_heads):
     model = reference(num_kv_heads, torch.float64)
     ours = LlamaLM.from_transformers(model)
-    assert ours.token_embedding.weight.dtype == torch.float64
+    assert ours.token_embedding.weight.dtype == torch.float64 and ours.readout.weight is ours.token_embedding.weight
     ids = tokens()
     with torch.no_grad():
         expected = model(ids, output_attentions=True)
@@ -238,6 +238,18 @@ def test_greedy_generation_with_the_kv_cache_equals_the_full_pass_and_transforme
         stepped = stepwise_logits(ours, cached, [5] + [1] * 20)
     assert torch.equal(cached, theirs)
     torch.testing.assert_close(stepped, full, rtol=0, atol=1e-5)
+
+
+def test_weights_with_a_cache_are_the_last_rows_of_the_full_pass():
+    model = LlamaLM.from_transformers(reference(3, torch.float64))
+    ids = tokens(batch=2, length=9)
+    caches = model.new_caches()
+    with torch.no_grad():
+        _, full = model(ids, need_weights=True)  # (L, B, H, 9, 9)
+        model(ids[:, :6], caches)
+        _, stepped = model(ids[:, 6:], caches, need_weights=True)  # (L, B, H, 3, 9): three queries, nine keys
+    assert stepped.shape == (2, 2, 6, 3, 9)
+    torch.testing.assert_close(stepped, full[:, :, :, 6:], rtol=0, atol=1e-12)
 
 
 def test_sampling_with_and_without_the_cache_agree():

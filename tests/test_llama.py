@@ -237,7 +237,7 @@ def test_greedy_generation_with_the_kv_cache_equals_the_full_pass_and_transforme
         full = ours(cached)
         stepped = stepwise_logits(ours, cached, [5] + [1] * 20)
     assert torch.equal(cached, theirs)
-    torch.testing.assert_close(stepped, full, rtol=0, atol=1e-5)
+    torch.testing.assert_close(stepped, full, rtol=0, atol=1e-4)  # float32 on logits up to about 10: 2e-5 seen
 
 
 def test_weights_with_a_cache_are_the_last_rows_of_the_full_pass():

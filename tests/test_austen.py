@@ -464,7 +464,7 @@ def test_ablating_a_head_removes_only_it_and_restores_it():
     for layer, head, error in ((2, 0, ValueError), (0, -1, ValueError), (0, 1.0, TypeError), (True, 0, TypeError)):
         with pytest.raises(error), lm_heads.ablate_head(model, layer, head):
             pass
-    with pytest.raises(TypeError, match="must be a course decoder"), lm_heads.ablate_head(torch.nn.Linear(2, 2), 0, 0):
+    with pytest.raises(TypeError, match="must be an attn.lm.AustenLM"), lm_heads.ablate_head(torch.nn.Linear(2, 2), 0, 0):
         pass
 
 

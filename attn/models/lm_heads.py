@@ -27,6 +27,7 @@ from torch.nn import functional
 from attn.common.destinations import write_text
 from attn.common.validate import type_name
 from attn.models.corpus import TITLES, austen
+from attn.models.llama import LlamaLM
 from attn.models.lm import HELD_OUT, AustenLM, load
 from attn.models.lm_training import held_out_windows
 
@@ -37,18 +38,11 @@ PASSAGES = 64
 
 
 def check_course_decoder(model):
-    """``model`` must be a decoder of the course: lesson 13's AustenLM, or any module with its interface (``blocks``
-    whose ``attention`` is an attn.MultiHeadAttention, ``num_heads``, ``context_length``, ``new_caches``), as lesson
-    16's LlamaLM."""
-    from attn.multihead import MultiHeadAttention
-
-    if isinstance(model, AustenLM):
-        return model
-    needed = ("blocks", "num_heads", "context_length", "new_caches", "vocab_size")
-    if not (isinstance(model, torch.nn.Module) and all(hasattr(model, name) for name in needed) and len(model.blocks)
-            and all(isinstance(getattr(block, "attention", None), MultiHeadAttention) for block in model.blocks)):
-        raise TypeError(f"model must be a course decoder (an attn.lm.AustenLM from attn.lm.load(), or a model with its "
-                        f"interface, as attn.pretrained.load() gives), got {type_name(model)}")
+    """``model`` must be a course decoder whose blocks hold lesson 6's attention: lesson 13's AustenLM or lesson 16's
+    LlamaLM; returns it."""
+    if not isinstance(model, AustenLM | LlamaLM):
+        raise TypeError(f"model must be an attn.lm.AustenLM (from attn.lm.load()) or an attn.models.llama.LlamaLM "
+                        f"(from attn.pretrained.load()), got {type_name(model)}")
     return model
 
 

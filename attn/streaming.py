@@ -82,11 +82,12 @@ def streaming_attention(query, key, value, window, sink_tokens=0, rotary_base=No
         scores = query @ key.transpose(-2, -1) * scale  # (B, H, T_q, T_k)
     else:
         rotated_key = apply_rotary(key, key_positions, rotary_base)  # (B, H, T_k, d)
-        capped = query_positions - cache_shift(query_positions, window, sink_tokens)  # (T_q,): at most S + W - 1
-        window_scores = apply_rotary(query, query_positions, rotary_base) @ rotated_key.transpose(-2, -1) * scale
-        sink_scores = apply_rotary(query, capped, rotary_base) @ rotated_key.transpose(-2, -1) * scale
+        scores = apply_rotary(query, query_positions, rotary_base) @ rotated_key.transpose(-2, -1) * scale  # (B, H, T_q, T_k)
         is_sink = key_positions < sink_tokens  # (T_k,)
-        scores = torch.where(is_sink, sink_scores, window_scores)  # (B, H, T_q, T_k)
+        if is_sink.any():  # the sinks' columns again, the queries rotated at their places in the cache
+            capped = query_positions - cache_shift(query_positions, window, sink_tokens)  # (T_q,): at most S + W - 1
+            sink_keys = rotated_key[:, :, is_sink].transpose(-2, -1)  # (B, H, d, S)
+            scores[..., is_sink] = apply_rotary(query, capped, rotary_base) @ sink_keys * scale
     weights = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
     return weights @ value, weights
 

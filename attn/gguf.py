@@ -15,8 +15,9 @@ A GGUF file (version 2 or 3, little-endian) is, in order:
 file's dimensions reversed (as the ``gguf`` package gives them). Nothing is allocated before its length has been
 compared with the bytes left in the file, so a truncated or damaged file ends in one ValueError sentence.
 
-``halves_to_pairs`` and ``pairs_to_halves`` are the row permutation llama.cpp's converter applies to the query
-and key weights of a Llama checkpoint, and its inverse (see their docstrings).
+The rows of W_q and W_k in a Llama GGUF file are in the rotary layout of the course's ``attn.apply_rotary``
+(neighbouring pairs): llama.cpp's converter reorders Hugging Face's rows when it writes the file
+(``attn.models.llama.rotate_half_to_pairs``), and ``transformers`` undoes it when it reads one.
 """
 
 import os
@@ -259,35 +260,3 @@ def read(path):
     tensors = {name: DEQUANTIZERS[info.ggml_type](_raw(data, info)).reshape(info.shape)
                for name, info in header.tensors.items()}
     return header.metadata, tensors
-
-
-# llama.cpp's row order for rotary ------------------------------------------------------------------------
-
-
-def halves_to_pairs(weight, num_heads):
-    """llama.cpp's permutation of the rows of a query or key weight (num_heads * d, E), NumPy or PyTorch.
-
-    Hugging Face's Llama rotates feature i of a head with feature i + d/2 ("rotate_half"); llama.cpp, like
-    the RoFormer paper and the course's ``attn.apply_rotary``, rotates neighbours 2i and 2i + 1. Its converter
-    therefore moves row i + s * d/2 of each head (s = 0 or 1) to row 2i + s, so the file's rows are in the
-    neighbouring-pairs order the course's layer needs, and ``transformers`` undoes it (``pairs_to_halves``)
-    when it loads a GGUF file. ``num_heads``: the query heads for W_q, the key/value heads for W_k.
-    """
-    heads, rows = _head_split(weight, num_heads)
-    return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
-def pairs_to_halves(weight, num_heads):
-    """The inverse of ``halves_to_pairs``: rows 2i + s of each head back to i + s * d/2 (Hugging Face's order)."""
-    heads, rows = _head_split(weight, num_heads)
-    return weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
-
-
-def _head_split(weight, num_heads):
-    if not hasattr(weight, "reshape") or not hasattr(weight, "swapaxes") or not hasattr(weight, "shape"):
-        raise TypeError(f"weight must be a NumPy array or a torch.Tensor (rows, ...), got {type(weight).__name__}")
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int | np.integer) or num_heads < 1:
-        raise ValueError(f"num_heads must be a whole number >= 1, got {num_heads!r}")
-    if len(weight.shape) == 0 or weight.shape[0] % (2 * num_heads):
-        raise ValueError(f"weight's rows must split into {num_heads} heads of an even size, got shape {tuple(weight.shape)}")
-    return int(num_heads), weight.shape[0]

@@ -138,6 +138,12 @@ def _checked_path(path):
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path must be a GGUF file's path (str or pathlib.Path), got {type(path).__name__}")
     path = Path(path)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as error:  # a name too long, a loop of links, no permission to look into a folder
+        raise ValueError(f"{str(path)[:80]} cannot be looked at: {error.strerror}") from None
     if not path.exists():
         raise FileNotFoundError(f"there is no file at {path}" + (" (a symbolic link to nowhere)" if path.is_symlink() else ""))
     if path.is_dir():

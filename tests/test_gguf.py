@@ -22,29 +22,11 @@ from hypothesis import strategies as st
 from attn import gguf as reader
 from attn import quantization
 from attn.models.pretrained import FOLDER, GGUF_NAME
+from tests.gguf_files import write_gguf
 
 REAL_FILE = FOLDER / GGUF_NAME
 REAL_ABSENT = "SmolLM2's GGUF file is not in data/smollm2: fetch it with 'python -m attn.pretrained' (make test does)"
 TYPES = gguf.GGMLQuantizationType
-
-
-def write_gguf(path, tensors=None, metadata=None, alignment=None):
-    """A GGUF file written by the gguf package: tensors name -> (float32 array, type name)."""
-    writer = gguf.GGUFWriter(path, arch="llama")
-    if alignment is not None:
-        writer.add_custom_alignment(alignment)
-    for key, value in (metadata or {}).items():
-        writer.add_key_value(key, *value)
-    for name, (array, kind) in (tensors or {}).items():
-        if kind in ("F32", "F16"):
-            writer.add_tensor(name, array.astype(np.float32 if kind == "F32" else np.float16))
-        else:
-            writer.add_tensor(name, package_quantize(array, TYPES[kind]), raw_dtype=TYPES[kind])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return Path(path)
 
 
 def crafted_tensors(seed=0):

@@ -196,9 +196,9 @@ def convert(gguf_path, folder):
     return folder / WEIGHTS_NAME, folder / TOKENIZER_NAME
 
 
-def read_converted(folder, source_sha256=GGUF_SHA256):
+def read_converted(folder, source_sha256):
     """``(config, weights)`` from ``folder``/smollm2-135m.pt, memory-mapped; ValueError if it is not what
-    ``convert`` writes from the GGUF file whose SHA-256 is ``source_sha256`` (None: from any file)."""
+    ``convert`` writes from the GGUF file whose SHA-256 is ``source_sha256`` (None: from any GGUF file)."""
     import torch
 
     path = Path(folder) / WEIGHTS_NAME
@@ -240,7 +240,10 @@ def load(directory=None):
     if directory is not None and not isinstance(directory, str | os.PathLike):
         raise TypeError(f"directory must be None or a folder's path (str or pathlib.Path), got {type(directory).__name__}")
     folder = FOLDER if directory is None else Path(directory)
-    missing = [name for name in (WEIGHTS_NAME, TOKENIZER_NAME) if not (folder / name).is_file()]
+    try:
+        missing = [name for name in (WEIGHTS_NAME, TOKENIZER_NAME) if not (folder / name).is_file()]
+    except OSError as error:  # a name too long, a loop of links
+        raise ValueError(f"{str(folder)[:80]} cannot be looked at: {error.strerror}") from None
     if missing:
         raise FileNotFoundError(f"SmolLM2-135M is not in {folder} ({missing[0]} is missing); fetch and convert it with "
                                 f"'{FETCH_COMMAND}' (about a minute; 640 MB on disk)")

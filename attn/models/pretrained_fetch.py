@@ -108,7 +108,7 @@ def gguf_ready(folder):
 def converted_ready(folder):
     """True if ``folder`` holds a converted model made from the GGUF file, and a tokenizer file."""
     try:
-        read_converted(folder)
+        read_converted(folder, GGUF_SHA256)
     except ValueError:
         return False
     return (Path(folder) / TOKENIZER_NAME).is_file()
@@ -116,6 +116,12 @@ def converted_ready(folder):
 
 def _wheel_file(text):
     path = Path(text)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as error:  # a name too long, a loop of links, no permission to look into a folder
+        raise argparse.ArgumentTypeError(f"{text[:80]} cannot be looked at: {error.strerror}") from None
     if not path.exists():
         raise argparse.ArgumentTypeError(f"there is no file at {path}" + (" (a link to nowhere)" if path.is_symlink() else ""))
     if not path.is_file():

@@ -166,6 +166,11 @@ class Tokenizer:
         """The token ids of ``text`` (str): a list of int."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {_type_name(text)}; decode bytes first (text = data.decode())")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate, such as '\ud800', has no UTF-8 bytes to tokenize
+            raise ValueError(f"text holds {text[error.start]!r} at position {error.start}, half of a UTF-16 surrogate "
+                             "pair, which is no character and has no UTF-8 bytes; remove it or repair the text") from None
         return self.backend.encode(text).ids
 
     def decode(self, ids):

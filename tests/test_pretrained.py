@@ -411,3 +411,27 @@ def test_the_tiny_files_helpers_agree_with_each_other():
     config = config_from_metadata(metadata)
     assert config == {**TINY, "norm_eps": config["norm_eps"]}
     assert {course_name(name) for name in tiny_llama_tensors()} == set(_expected_shapes(config))
+
+
+@pytest.mark.parametrize(("call", "error", "message"), [
+    (lambda tiny: convert(tiny / "tiny.gguf", 3), TypeError, "out must be a folder's path"),
+    (lambda tiny: convert(tiny / "tiny.gguf", tiny / "tiny.gguf"), ValueError, "is a file; give a folder"),
+    (lambda tiny: convert(tiny / "absent.gguf", tiny / "new"), FileNotFoundError, "there is no file at"),
+    (lambda tiny: convert(None, tiny / "new"), TypeError, "path must be a GGUF file's path"),
+    (lambda tiny: read_converted(3, None), TypeError, "folder must be a folder's path"),
+    (lambda tiny: read_converted(tiny, 5), TypeError, "source_sha256 must be None or a SHA-256"),
+    (lambda tiny: read_converted(tiny / "elsewhere", None), FileNotFoundError, "there is no converted model at"),
+    (lambda tiny: config_from_metadata({**reader.read_header(tiny / "tiny.gguf").metadata,
+                                        "llama.attention.head_count": 0}), ValueError, "must be a whole number above 0"),
+    (lambda tiny: config_from_metadata({**reader.read_header(tiny / "tiny.gguf").metadata,
+                                        "llama.attention.head_count": 3}), ValueError, "do not split"),
+    (lambda tiny: config_from_metadata({**reader.read_header(tiny / "tiny.gguf").metadata,
+                                        "llama.rope.freq_base": float("nan")}), ValueError, "a number above 0"),
+    (lambda tiny: config_from_metadata({**reader.read_header(tiny / "tiny.gguf").metadata,
+                                        "tokenizer.ggml.tokens": 5}), ValueError, "must be a list"),
+    (lambda tiny: tokenizer_from_metadata([]), TypeError, "metadata must be a dict"),
+    (lambda tiny: fetch.main(3), TypeError, "argv must be None or a list of str"),
+])
+def test_every_public_function_answers_bad_input_with_a_sentence(tiny, call, error, message):
+    with pytest.raises(error, match=message):
+        call(tiny)

@@ -66,6 +66,18 @@ def check_sequence(name, tensor, embed_dim, weight):
     require_like(name, tensor, weight)
 
 
+def check_features(name, tensor, weight):
+    """``tensor`` must be a floating-point (..., F) torch.Tensor with ``weight``'s dtype and device, where F is the
+    size of ``weight``'s last axis (the features a norm or a linear layer reads)."""
+    require_computable(name, tensor)
+    require_floating(name, tensor)
+    features = weight.shape[-1]
+    if tensor.dim() == 0 or tensor.shape[-1] != features:
+        raise ValueError(f"{name} must have shape (..., {features}), {features} features on its last axis, "
+                         f"got {tuple(tensor.shape)}")
+    require_like(name, tensor, weight)
+
+
 def check_block_input(block, x):
     """The input of TransformerBlock.forward: (B, T, E), the block's dtype and device, finite, and small enough
     that the first LayerNorm does not overflow on it (that costs one more LayerNorm, without gradients)."""

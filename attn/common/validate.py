@@ -146,6 +146,15 @@ def positive_number(name, value):
     return float(value)
 
 
+def non_negative_number(name, value):
+    """``value`` as a float if it is a finite real number >= 0 (not a bool): an epsilon, for example."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number >= 0, got {type_name(value)} {value!r:.60}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def require_callable(name, value):
     """TypeError unless ``value`` can be called (a function, a lambda, a layer)."""
     if not callable(value):

@@ -27,6 +27,7 @@ from torch.nn import functional
 from attn.common.destinations import write_text
 from attn.common.validate import type_name
 from attn.models.corpus import TITLES, austen
+from attn.models.llama import LlamaLM
 from attn.models.lm import HELD_OUT, AustenLM, load
 from attn.models.lm_training import held_out_windows
 
@@ -37,8 +38,10 @@ PASSAGES = 64
 
 
 def _check_model(model):
-    if not isinstance(model, AustenLM):
-        raise TypeError(f"model must be an attn.lm.AustenLM (from attn.lm.load()), got {type_name(model)}")
+    """A course decoder whose blocks hold lesson 6's attention: lesson 13's AustenLM or lesson 16's LlamaLM."""
+    if not isinstance(model, AustenLM | LlamaLM):
+        raise TypeError(f"model must be an attn.lm.AustenLM (from attn.lm.load()) or an attn.models.llama.LlamaLM "
+                        f"(from attn.pretrained.load()), got {type_name(model)}")
 
 
 def _check_tokens(tokens, needed):

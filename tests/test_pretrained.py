@@ -259,6 +259,9 @@ def test_a_damaged_converted_file_gets_a_sentence(tiny, tmp_path):
     torch.save({"format": 1, "config": TINY, "weights": {}}, tmp_path / WEIGHTS_NAME)
     with pytest.raises(ValueError, match="lacks some of the model's float32 weights"):
         pretrained.load(tmp_path)
+    torch.save({"format": 1, "config": {**TINY, "dropout": 0.1}, "weights": {}}, tmp_path / WEIGHTS_NAME)
+    with pytest.raises(ValueError, match="config does not hold LlamaLM's arguments"):
+        pretrained.load(tmp_path)
     torch.save({"format": 0}, tmp_path / WEIGHTS_NAME)
     with pytest.raises(ValueError, match="not a converted model of this course's version"):
         pretrained.load(tmp_path)

@@ -233,6 +233,8 @@ def read_converted(folder, source_sha256):
     if source_sha256 is not None and payload.get("source_sha256") != source_sha256:
         raise ValueError(f"{path} was converted from another GGUF file: convert it again with '{FETCH_COMMAND}'")
     config, weights = payload["config"], payload.get("weights")
+    if set(config) != {"vocab_size", *CONFIG_KEYS}:
+        raise ValueError(f"{path}'s config does not hold LlamaLM's arguments: convert it again with '{FETCH_COMMAND}'")
     try:
         shapes = _expected_shapes(config)
     except (KeyError, TypeError, ZeroDivisionError):

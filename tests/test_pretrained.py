@@ -113,6 +113,12 @@ def test_tensors_that_do_not_fit_the_config_get_a_sentence(tiny):
         course_state_dict(metadata, {k: v for k, v in tensors.items() if k != "output_norm.weight"})
     with pytest.raises(ValueError, match="lies beyond the 2 blocks"):
         course_state_dict(metadata, {**tensors, "blk.2.attn_norm.weight": tensors["blk.0.attn_norm.weight"]})
+    broken = tensors["output_norm.weight"].copy()
+    broken[3] = np.nan
+    with pytest.raises(ValueError, match="'output_norm.weight' holds NaN or inf"):
+        course_state_dict(metadata, {**tensors, "output_norm.weight": broken})
+    with pytest.raises(ValueError, match="'output_norm.weight' holds <U1"):
+        course_state_dict(metadata, {**tensors, "output_norm.weight": np.array(["a"] * TINY["embed_dim"])})
     with pytest.raises(TypeError, match="tensors must be a dict"):
         course_state_dict(metadata, list(tensors.values()))
     with pytest.raises(TypeError, match="metadata must be a dict"):

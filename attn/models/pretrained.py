@@ -133,6 +133,10 @@ def course_state_dict(metadata, tensors):
         if not isinstance(array, np.ndarray) or tuple(array.shape) != shapes[ours]:
             got = tuple(array.shape) if isinstance(array, np.ndarray) else type(array).__name__
             raise ValueError(f"the tensor {name!r} has shape {got}, where LlamaLM's {ours} needs {shapes[ours]}")
+        floating = np.issubdtype(array.dtype, np.floating)
+        if not floating or not np.isfinite(array).all():
+            raise ValueError(f"the tensor {name!r} holds {'NaN or inf' if floating else array.dtype}; a weight must be "
+                             "a finite float (a damaged scale in the file gives NaN)")
         weights[ours] = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
     absent = [name for name in shapes if name not in weights]
     if absent:

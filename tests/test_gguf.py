@@ -36,6 +36,7 @@ def crafted_tensors(seed=0):
         "weight": (generator.normal(size=(3, 4, 96)).astype(np.float32), "Q4_1"),
         "norm": (generator.normal(size=(40,)).astype(np.float32), "F32"),
         "half": (generator.normal(size=(5, 7)).astype(np.float32), "F16"),
+        "brain": (generator.normal(size=(3, 9)).astype(np.float32), "BF16"),
         "flat": (np.full((2, 32), 0.25, dtype=np.float32), "Q4_1"),  # equal weights: a block whose scale is 0
     }
 
@@ -186,7 +187,7 @@ def small_file():
 
 
 SMALL = small_file()
-SMALL_END = 2184  # where its last tensor ends (the writer pads the file beyond it): checked below
+SMALL_END = 2312  # where its last tensor ends (the writer pads the file beyond it): checked below
 
 
 def read_bytes(data):

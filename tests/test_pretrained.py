@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -450,3 +451,13 @@ def test_the_tiny_files_helpers_agree_with_each_other():
 def test_every_public_function_answers_bad_input_with_a_sentence(tiny, call, error, message):
     with pytest.raises(error, match=message):
         call(tiny)
+
+
+def test_the_command_runs_as_python_dash_m(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    done = subprocess.run([sys.executable, "-m", "attn.pretrained", "--out", str(a_file)], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+        f"python -m attn.pretrained: error: argument --out: {a_file} is a file; give a folder (it is created if it does "
+        "not exist yet)")

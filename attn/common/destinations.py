@@ -21,6 +21,8 @@ def file_problem(text, example="results.json"):
     """None if a file can be written at ``text``, else what is wrong with it (its folder must already exist)."""
     if not str(text).strip():
         return f"the file name is empty; give one, such as {example}"
+    if _too_long(text):
+        return _too_long(text)
     given = Path(text)
     path = _target(given)
     named = given if path == given else f"{given} (a link to {path})"
@@ -72,6 +74,8 @@ def folder_problem(text, example="lessons/models"):
     """None if ``text`` is, or can be made, a folder to write files in; else what is wrong with it."""
     if not str(text).strip():
         return f"the folder name is empty; give one, such as {example}"
+    if _too_long(text):
+        return _too_long(text)
     folder = _target(Path(text))
     if folder.exists() and not folder.is_dir():
         return f"{folder} is a file; give a folder (it is created if it does not exist yet)"
@@ -81,6 +85,20 @@ def folder_problem(text, example="lessons/models"):
     existing = next(parent for parent in (folder, *folder.parents) if parent.is_dir())
     if not _can_create_in(existing):
         return f"{folder} cannot be written here (no permission to create files in {existing})"
+    return None
+
+
+NAME_MAX, PATH_MAX = 255, 4095  # bytes: the limits of Linux's file systems (macOS's and Windows' are no larger)
+
+
+def _too_long(text):
+    """What is wrong if a part of the path ``text``, or the whole, is longer than file systems allow; else None.
+    (Asking the file system about such a path raises an error instead of answering.)"""
+    longest = max(Path(text).parts, key=lambda part: len(os.fsencode(part)))
+    if len(os.fsencode(longest)) > NAME_MAX:
+        return f"the name {longest[:20]}... is {len(os.fsencode(longest))} bytes long; file systems allow {NAME_MAX}"
+    if len(os.fsencode(str(text))) > PATH_MAX:
+        return f"the path is {len(os.fsencode(str(text)))} bytes long; file systems allow {PATH_MAX}"
     return None
 
 

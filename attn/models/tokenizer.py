@@ -142,6 +142,10 @@ class Tokenizer:
         self.backend = backend
         self.vocab_size = backend.get_vocab_size()
         self._byte_of = {character: byte for byte, character in _byte_alphabet().items()}
+        # bytes the vocabulary has no token for (a pretrained one may lack some, such as 0xC0 which UTF-8 never uses):
+        # the library would drop them without a word, so encode refuses a text that needs them
+        self._missing_bytes = bytes(byte for byte, character in _byte_alphabet().items()
+                                    if backend.token_to_id(character) is None)
 
     @classmethod
     def load(cls, path):
@@ -166,7 +170,21 @@ class Tokenizer:
         """The token ids of ``text`` (str): a list of int."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {_type_name(text)}; decode bytes first (text = data.decode())")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate, such as '\ud800', has no UTF-8 bytes to tokenize
+            raise ValueError(f"text holds {text[error.start]!r} at position {error.start}, half of a UTF-16 surrogate "
+                             "pair, which is no character and has no UTF-8 bytes; remove it or repair the text") from None
+        if any(byte in data for byte in self._missing_bytes):
+            self._refuse_missing_bytes(text)
         return self.backend.encode(text).ids
+
+    def _refuse_missing_bytes(self, text):
+        position, character = next((i, c) for i, c in enumerate(text) if set(c.encode()) & set(self._missing_bytes))
+        byte = next(b for b in character.encode() if b in self._missing_bytes)
+        raise ValueError(f"text holds {character!r} at position {position}, whose UTF-8 bytes include 0x{byte:02X}, for "
+                         "which this tokenizer's vocabulary has no token (it would be dropped without a word); "
+                         "remove or replace it")
 
     def decode(self, ids):
         """The text of token ids (a list of int, or a 1-D tensor): ``decode(encode(text)) == text``."""

@@ -49,7 +49,7 @@ SIZES = {
         "streams": 4, "stream_length": 1024, "windows": (64, 256), "sink_tokens": 4, "bin": 64,
         "austen_streams": 16, "austen_windows": (16, 64),
         "copy_passages": 16, "passage_length": 64, "top_heads": 10, "random_draws": 5,
-        "chunks": 24, "chunk_characters": 900, "baseline_characters": None, "seed": 0,
+        "chunks": 24, "chunk_characters": 640, "baseline_characters": None, "seed": 0,
     },
     "tiny": {
         "sink_passages": 2, "sink_length": 16,

@@ -55,6 +55,25 @@ def test_paired_interval_and_t_quantiles():
     assert pretrained_reading.t_quantile(1) == 12.706 and pretrained_reading.t_quantile(60) == pytest.approx(2.0, abs=0.003)
 
 
+@pytest.mark.parametrize(("first", "second"), [
+    (torch.ones(3), torch.ones(4)), ([1.0, 2.0], [1.0, 2.0]), (torch.ones(2, 2), torch.ones(2, 2)),
+    (torch.ones(0), torch.ones(0)),
+])
+def test_paired_interval_refuses_what_is_not_paired(first, second):
+    with pytest.raises(ValueError, match="must be 1-D tensors of paired values"):
+        pretrained_reading.paired_interval(first, second)
+
+
+def test_ablate_heads_refuses_a_wrong_list_with_a_sentence():
+    from attn.models import lm_heads
+
+    model = small_model()
+    for heads, words in (((0, 1), "the entry 0"), ("01", "got str"), (None, "got NoneType"),
+                         ([(0, 5)], "head must be from 0 to 1")):
+        with pytest.raises((TypeError, ValueError), match=words), lm_heads.ablate_heads(model, heads):
+            pass
+
+
 def test_bits_per_character_and_chunks():
     per_chunk, overall = pretrained_reading.bits_per_character(torch.tensor([2.0, 4.0]).double(),
                                                                torch.tensor([10.0, 10.0]).double())

@@ -236,6 +236,10 @@ def t_quantile(degrees):
 
 def paired_interval(first, second):
     """Mean of second - first over paired values (N,) and its 95% t interval (Student's t, N - 1 degrees)."""
+    if not (isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor)) or first.dim() != 1 \
+            or first.shape != second.shape or len(first) == 0:
+        raise ValueError(f"first and second must be 1-D tensors of paired values, of one length, got "
+                         f"{getattr(first, 'shape', type_name(first))} and {getattr(second, 'shape', type_name(second))}")
     differences = (second - first).double()
     count = len(differences)
     mean = differences.mean().item()

@@ -180,3 +180,15 @@ def test_wrong_models_and_sizes_get_a_sentence():
         pretrained_reading.measure(model, tokenizer, model, tokenizer, {}, "huge")
     with pytest.raises(TypeError, match="must be an attn.lm.AustenLM"):
         pretrained_reading.measure(torch.nn.Linear(2, 2), tokenizer, model, tokenizer, {}, "tiny")
+
+
+def test_a_missing_model_gets_the_sentence_that_names_its_command(tmp_path, monkeypatch, capsys):
+    import attn.models.pretrained as pretrained
+
+    monkeypatch.setattr(pretrained, "FOLDER", tmp_path / "nothing here")
+    corpus_or_skip()
+    with pytest.raises(SystemExit):
+        pretrained_reading.main(["--out", str(tmp_path / "out"), "--size", "tiny"])
+    error = capsys.readouterr().err
+    assert "python -m attn.pretrained" in error and "Traceback" not in error
+    assert not (tmp_path / "out" / pretrained_reading.RESULTS_NAME).exists()

@@ -77,29 +77,17 @@ def baselines(train_tokens, held_out_tokens, vocab_size):
     Unigram: token frequencies with one pseudo-count each (so no token has probability 0).
     Bigram: P(b | a) = (count(a, b) + BIGRAM_PRIOR * P_unigram(b)) / (count(a) + BIGRAM_PRIOR).
     """
-    unigram, bigram = baseline_probabilities(train_tokens, vocab_size)(held_out_tokens)
-    return {
-        "unigram_loss": round(-unigram.log().mean().item(), 4),
-        "bigram_loss": round(-bigram.log().mean().item(), 4),
-    }
-
-
-def baseline_probabilities(train_tokens, vocab_size):
-    """Count ``baselines``' unigram and bigram on ``train_tokens`` (N,) once; returns a function that takes a text's
-    tokens (M,) and gives (unigram, bigram), each (M - 1,): the probability of tokens 1 .. M - 1 (float64)."""
     counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
     unigram = counts / counts.sum()  # (V,)
     pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
     pair_counts = torch.bincount(pairs, minlength=vocab_size * vocab_size).double().view(vocab_size, vocab_size)
-    pair_totals = pair_counts.sum(dim=1)  # (V,)
-
-    def probabilities(tokens):
-        previous, following = tokens[:-1], tokens[1:]
-        bigram = (pair_counts[previous, following] + BIGRAM_PRIOR * unigram[following]) / (
-            pair_totals[previous] + BIGRAM_PRIOR)
-        return unigram[following], bigram
-
-    return probabilities
+    previous, following = held_out_tokens[:-1], held_out_tokens[1:]
+    bigram = (pair_counts[previous, following] + BIGRAM_PRIOR * unigram[following]) / (
+        pair_counts[previous].sum(dim=1) + BIGRAM_PRIOR)
+    return {
+        "unigram_loss": round(-unigram[following].log().mean().item(), 4),
+        "bigram_loss": round(-bigram.log().mean().item(), 4),
+    }
 
 
 def learning_rate_at(step, config):

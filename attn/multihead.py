@@ -10,6 +10,8 @@ from attn.common import convert
 from attn.common.layer_checks import check_attention_inputs, check_inputs, check_layer_arguments, check_rotary_base
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
 from attn.positions import apply_rotary
+from attn.ring_cache import RingKVCache
+from attn.streaming import check_sink_positions, streaming_attention
 from attn.window import check_window_arguments, check_window_call, layer_keep_mask, sink_attention
 
 # scaled_dot_product_attention shares key/value heads itself (enable_gqa) from PyTorch 2.5 on.
@@ -119,6 +121,9 @@ class MultiHeadAttention(nn.Module):
     p - W < j <= p only (causal, whatever is_causal says), plus the first sink_tokens positions;
     learned_sinks=True adds one learned logit per head to each softmax's denominator (gpt-oss),
     the parameter ``sink_logits`` (H,), and always runs the explicit path.
+    Lesson 16: sink_positions='cache' (with a window) rotates every key at its place in the cache, as
+    StreamingLLM does (attn.streaming): keys are cached before rotary, a sink is never far away;
+    'absolute' (the default) rotates them where they stand in the text.
 
     forward(query (B, T_q, E), key (B, T_new, E), value (B, T_new, E), mask=None, key_padding_mask=None,
     is_causal=False, need_weights=False, cache=None) returns output (B, T_q, E), or
@@ -140,7 +145,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(
         self, embed_dim, num_heads, bias=True, dropout=0.0, num_kv_heads=None,
-        rotary_base=None, window=None, sink_tokens=0, learned_sinks=False,
+        rotary_base=None, window=None, sink_tokens=0, learned_sinks=False, sink_positions="absolute",
     ):
         super().__init__()
         embed_dim, num_heads, dropout, num_kv_heads = check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads)
@@ -151,6 +156,9 @@ class MultiHeadAttention(nn.Module):
         if learned_sinks and dropout:
             raise ValueError(f"learned_sinks cannot be combined with dropout={dropout}: the sink path has no dropout")
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if learned_sinks else None
+        self.sink_positions = check_sink_positions(sink_positions, self.window)  # lesson 16
+        if sink_positions == "cache" and (learned_sinks or dropout):
+            raise ValueError("sink_positions='cache' runs its own written-out path, without learned sinks or dropout")
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.head_dim, self.dropout = embed_dim // num_heads, dropout
         self.query_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -170,6 +178,10 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.value_proj(value), self.num_kv_heads)
         # One keep-mask broadcastable to (B, H, T_q, T_k), or None:
         keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)
+        if self.sink_positions == "cache" and self.window is not None:  # lesson 16: StreamingLLM's positions
+            heads, weights = self._streaming(q, k, v, keep_mask, cache)
+            output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
+            return (output, weights) if need_weights else output
         q, k = self._rotate(q, k, cache)  # rotary positions (lesson 13), if any
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
@@ -189,6 +201,17 @@ class MultiHeadAttention(nn.Module):
     def _window(self, keep_mask, q, k, cache):
         """The keep-mask AND the window's band (with its sink tokens), for q (B, H, T_q, d) and k (B, H_kv, T_k, d)."""
         return layer_keep_mask(keep_mask, q.shape[2], k.shape[2], self.window, self.sink_tokens, cache, q.device)
+
+    def _streaming(self, q, k, v, keep_mask, cache):
+        """Lesson 16: keys cached before rotary, each scored at its place in the cache (attn.streaming)."""
+        if self.training and self.dropout:
+            raise ValueError("sink_positions='cache' has no dropout: call model.eval() first")
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H_kv, T_k, d), not rotated
+        key_positions = cache.key_positions if isinstance(cache, RingKVCache) else torch.arange(k.shape[2])
+        key_positions = key_positions.to(q.device)
+        return streaming_attention(q, k, v, self.window, self.sink_tokens, self.rotary_base,
+                                   key_positions[-q.shape[2]:], key_positions, keep_mask)
 
     def _sink_attention(self, q, k, v, keep_mask, dropout_p, is_causal):
         """Attention with a learned sink logit per head in every softmax's denominator (lesson 14)."""

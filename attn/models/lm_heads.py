@@ -37,11 +37,16 @@ PASSAGE_LENGTH = 64  # tokens per passage in the repeated-passage measures (each
 PASSAGES = 64
 
 
-def _check_model(model):
-    """A course decoder whose blocks hold lesson 6's attention: lesson 13's AustenLM or lesson 16's LlamaLM."""
+def check_course_decoder(model):
+    """``model`` must be a course decoder whose blocks hold lesson 6's attention: lesson 13's AustenLM or lesson 16's
+    LlamaLM; returns it."""
     if not isinstance(model, AustenLM | LlamaLM):
         raise TypeError(f"model must be an attn.lm.AustenLM (from attn.lm.load()) or an attn.models.llama.LlamaLM "
                         f"(from attn.pretrained.load()), got {type_name(model)}")
+    return model
+
+
+_check_model = check_course_decoder
 
 
 def _check_tokens(tokens, needed):
@@ -83,6 +88,19 @@ def ablate_head(model, layer, head):
     finally:
         with torch.no_grad():
             weight[:, columns] = saved
+
+
+@contextlib.contextmanager
+def ablate_heads(model, heads):
+    """Inside the ``with`` block, every (layer, head) pair in ``heads`` adds nothing (``ablate_head`` for each)."""
+    if not isinstance(heads, list | tuple):
+        raise TypeError(f"heads must be a list of (layer, head) pairs, got {type_name(heads)}")
+    with contextlib.ExitStack() as stack:
+        for pair in heads:
+            if not isinstance(pair, list | tuple) or len(pair) != 2:
+                raise TypeError(f"heads must be a list of (layer, head) pairs, got the entry {pair!r}")
+            stack.enter_context(ablate_head(model, *pair))
+        yield model
 
 
 def without_first_token(length):
@@ -136,6 +154,16 @@ def copy_losses(model, passages):
     logits = model(passages[:, :-1])  # (B, 2P - 1, V)
     losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
     return losses[:, :length - 1].mean().item(), losses[:, length:].mean().item()
+
+
+@torch.no_grad()
+def copy_losses_by_passage(model, passages):
+    """passages (B, 2P), each a passage twice -> (first copy's loss (B,), second copy's (B,)), in nats, each
+    passage's mean over the targets ``copy_losses`` scores."""
+    length = passages.shape[1] // 2
+    logits = model(passages[:, :-1])  # (B, 2P - 1, V)
+    losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
+    return losses[:, :length - 1].mean(dim=1), losses[:, length:].mean(dim=1)
 
 
 def repeated_passages(tokens, count=PASSAGES, length=PASSAGE_LENGTH):

@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import folder_argument, write_text
+from attn.streaming import check_sink_positions
 from attn.window import check_window_arguments
 
 WINDOWS = (16, 64)
@@ -31,11 +32,16 @@ BIN = 32
 RESULTS_NAME = "window_austen.json"
 
 
-def set_window(model, window, sink_tokens=0):
-    """Give every attention layer of ``model`` (its ``blocks``) this window and these sinks; None: full attention."""
+def set_window(model, window, sink_tokens=0, sink_positions="absolute"):
+    """Give every attention layer of ``model`` (its ``blocks``) this window and these sinks; None: full attention.
+
+    sink_positions: 'absolute' (lesson 14: keys rotated where they stand) or 'cache' (lesson 16: StreamingLLM's
+    places in the cache, attn.streaming)."""
     window, sink_tokens = check_window_arguments(window, sink_tokens)
+    sink_positions = check_sink_positions(sink_positions, window) if window is not None else "absolute"
     for block in model.blocks:
-        block.attention.window, block.attention.sink_tokens = window, sink_tokens
+        attention = block.attention
+        attention.window, attention.sink_tokens, attention.sink_positions = window, sink_tokens, sink_positions
     return model
 
 
@@ -62,45 +68,57 @@ def binned(values, size=BIN):
     return [round(chunk.mean().item(), 4) for chunk in values.split(size)]
 
 
-def conditions(windows=WINDOWS, sink_counts=SINK_COUNTS):
-    """(name, window, sink_tokens): full attention, then each window with each number of sinks."""
-    found = [("full attention", None, 0)]
+def conditions(windows=WINDOWS, sink_counts=SINK_COUNTS, sink_positions=("absolute",)):
+    """(name, window, sink_tokens, sink_positions): full attention, then each window with each number of sinks,
+    the sinks at each placement (lesson 16 adds 'cache': StreamingLLM's places in the cache)."""
+    found = [("full attention", None, 0, "absolute")]
     for window in windows:
         for sinks in sink_counts:
             name = f"window {window}" + (f" + {sinks} sink{'s' if sinks > 1 else ''}" if sinks else "")
-            found.append((name, window, sinks))
+            for placement in sink_positions if sinks else ("absolute",):
+                suffix = " (cache places)" if placement == "cache" else ""
+                found.append((name + suffix, window, sinks, placement))
     return found
 
 
 @torch.no_grad()
-def first_token_weight(model, streams, skip=BIN):
+def first_token_weight(model, streams, skip=BIN, weight_length=None):
     """Mean attention weight on position 0, by layer (L,), of the queries from ``skip`` to the training
-    context's end (full attention): how much of its attention the model gives the first token."""
-    length = min(model.context_length, streams.shape[1])
+    context's end, or to ``weight_length`` (full attention): how much of its attention the model gives the first token."""
+    length = min(model.context_length, streams.shape[1], weight_length or streams.shape[1])
     _, weights = model(streams[:, :length], need_weights=True)  # weights (L, S, H, T, T)
     return [round(value, 4) for value in weights[:, :, :, skip:, 0].mean(dim=(1, 2, 3)).tolist()]
 
 
-def measure(model, streams, windows=WINDOWS, sink_counts=SINK_COUNTS, bin_size=BIN, progress=print):
+def measure(model, streams, windows=WINDOWS, sink_counts=SINK_COUNTS, bin_size=BIN, progress=print,
+            sink_positions=("absolute",), weight_length=None):
     """The record: for each condition, the loss by bin of positions and the means beyond the window and the
-    training context; and the weight the model gives the first token, by layer."""
+    training context (None where the stretches are not longer), each stream's mean beyond the window (for
+    spreads); and the weight the model gives the first token, by layer, over the first ``weight_length``
+    positions (default: the training context)."""
     set_window(model, None)
     record = {"windows": list(windows), "sink_counts": list(sink_counts), "stream_length": streams.shape[1],
               "streams": streams.shape[0], "bin": bin_size, "context_length": model.context_length,
-              "first_token_weight_by_layer": first_token_weight(model, streams, bin_size), "conditions": []}
-    for name, kept, sinks in conditions(windows, sink_counts):
+              "first_token_weight_by_layer": first_token_weight(model, streams, bin_size, weight_length),
+              "conditions": []}
+    for name, kept, sinks, placement in conditions(windows, sink_counts, sink_positions):
         started = time.perf_counter()
-        set_window(model, kept, sinks)
+        set_window(model, kept, sinks, placement)
         each = stream_losses(model, streams)  # (S, length - 1)
         losses = each.mean(dim=0)  # (length - 1,)
+        beyond_context = losses[model.context_length:]
         record["conditions"].append({
             "name": name, "window": kept, "sink_tokens": sinks, "loss_by_bin": binned(losses, bin_size),
             "first_stream_loss_by_bin": binned(each[0], bin_size),
             "mean_beyond_window": None if kept is None else round(losses[kept:].mean().item(), 4),
-            "mean_beyond_context": round(losses[model.context_length:].mean().item(), 4),
+            "mean_beyond_context": round(beyond_context.mean().item(), 4) if len(beyond_context) else None,
         })
-        progress(f"{name:>22}: mean loss beyond the training context "
-                 f"{record['conditions'][-1]['mean_beyond_context']:.3f}, {time.perf_counter() - started:.0f} s")
+        if placement != "absolute":
+            record["conditions"][-1]["sink_positions"] = placement
+        if len(sink_positions) > 1 or placement != "absolute":  # lesson 16: each stretch's bins, for spreads
+            record["conditions"][-1]["loss_by_bin_by_stream"] = [binned(stream, bin_size) for stream in each]
+        progress(f"{name:>34}: mean loss beyond the window "
+                 f"{record['conditions'][-1]['mean_beyond_window'] or float('nan'):.3f}, {time.perf_counter() - started:.0f} s")
     set_window(model, None)
     return record
 

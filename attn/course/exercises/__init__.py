@@ -25,6 +25,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson13,
     lesson14,
     lesson15,
+    lesson16,
     primer,
 )
 from attn.course.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

@@ -380,8 +380,8 @@ def test_the_training_command_checks_its_arguments_first(tmp_path, capsys, monke
         (["train"], "the following arguments are required: --out"),
         (["train", "--out", str(a_file)], "is a file; give a folder"),
         (["train", "--out", str(tmp_path / "blocked")], "is a folder, so the file of that name cannot be written"),
-        (["train", "--out", str(tmp_path), "--steps", "0"], "0 is less than 1"),
-        (["train", "--out", str(tmp_path), "--steps", "many"], "'many' is not a whole number"),
+        (["train", "--out", str(tmp_path), "--steps", "0"], "--steps must be a whole number from 1 to 10,000,000"),
+        (["train", "--out", str(tmp_path), "--steps", "many"], "--steps must be a whole number, got 'many'"),
         (["train", "--out", str(tmp_path), "--size", "huge"], "invalid choice: 'huge'"),
         (["train", "--out", str(tmp_path), "--corpus", str(tmp_path / "none")], "python -m attn.corpus"),
     ):

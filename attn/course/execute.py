@@ -47,7 +47,14 @@ def notebook_problem(path):
     """None if ``path`` is a notebook file that can be read, else a sentence saying what it is instead."""
     import nbformat
 
+    from attn.common.destinations import name_problem
+
+    problem = name_problem(path)
+    if problem is not None:
+        return problem
     path = Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        return f"{path} is not an ordinary file (a named pipe or a device); give notebook files, such as lessons/*.ipynb"
     if path.is_dir():
         return f"{path} is a folder; give notebook files, such as {path / '*.ipynb'}"
     if not path.is_file():

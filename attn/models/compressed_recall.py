@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from attn.common.arguments import steps_argument, whole_number_argument
 from attn.common.destinations import folder_argument, write_text
 from attn.common.validate import positive_int
 from attn.latent import LatentAttention
@@ -178,14 +179,16 @@ def _step_count(text):
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"--steps must be a positive whole number, got {text!r}") from error
 
+SEEDS_ARGUMENT = whole_number_argument("--seeds", 1, 1000, "each seed trains every arm again")
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m attn.models.compressed_recall",
         description="Train lesson 15's recall comparisons (cache: MHA, GQA, MQA, MLA; hybrid: delta and full stacks).")
     parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
-    parser.add_argument("--seeds", type=_seed_count, default=len(SEEDS), help="how many seeds, 0, 1, ... (default 5)")
-    parser.add_argument("--steps", type=_step_count, default=STEPS, help=f"training steps per run (default {STEPS})")
+    parser.add_argument("--seeds", type=SEEDS_ARGUMENT, default=len(SEEDS), help="how many seeds, 0, 1, ... (default 5)")
+    parser.add_argument("--steps", type=steps_argument(), default=STEPS, help=f"training steps per run (default {STEPS})")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     run_all(args.out, seeds=tuple(range(args.seeds)), steps=args.steps)

@@ -180,8 +180,12 @@ def measure(model, held_out_tokens, windows=PROBE_WINDOWS, passages=PASSAGES, pa
 
 
 def _model_folder(text):
+    from attn.common.destinations import name_problem
     from attn.models.lm import TOKENIZER_NAME, WEIGHTS_NAME
 
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     folder = Path(text)
     missing = [name for name in (WEIGHTS_NAME, TOKENIZER_NAME) if not (folder / name).is_file()]
     if missing:

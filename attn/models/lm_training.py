@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_argument, write_text
+from attn.common.arguments import steps_argument, threads_argument, whole_number_argument
+from attn.common.destinations import folder_argument, name_problem, write_text
 from attn.models.corpus import TITLES, austen
 from attn.models.lm import (
     CHECKPOINT_NAME,
@@ -168,9 +169,32 @@ def save_checkpoint(path, state, config):
     }, path)
 
 
+CHECKPOINT_KEYS = ("config", "model", "optimizer", "generator", "rng", "step", "curve", "seconds")
+
+
+def load_checkpoint(path):
+    """The checkpoint at ``path``, read with ``weights_only=True`` (tensors, numbers, text, lists and dicts: never code).
+
+    A file that needs more than that to load (a pickle that would run code: crafted, or not this course's) or that
+    lacks a checkpoint's entries is refused with a sentence, and nothing in it is run.
+    """
+    try:
+        saved = torch.load(path, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch.load fails in many ways on a file that is not its own
+        reason = " ".join(str(error).split())[:160]
+        raise SystemExit(
+            f"{path} is not a checkpoint this course wrote, or it holds more than tensors and numbers "
+            f"({type(error).__name__}: {reason}); it was not loaded (loading it could run code): remove it, or give another --out"
+        ) from None
+    missing = [key for key in CHECKPOINT_KEYS if not isinstance(saved, dict) or key not in saved]
+    if missing:
+        raise SystemExit(f"{path} is not a checkpoint of python -m attn.lm train (it lacks {', '.join(missing)}); remove it")
+    return saved
+
+
 def resume_state(path, config):
     """The state saved at ``path``, or a SystemExit sentence if it was trained with other settings."""
-    saved = torch.load(path, weights_only=False)
+    saved = load_checkpoint(path)
     if saved["config"] != config:
         raise SystemExit(f"{path} holds a training with other settings; remove it, or give another --out")
     state = new_state(config)
@@ -237,7 +261,7 @@ def export(out, corpus=None):
     checkpoint = Path(out) / CHECKPOINT_NAME
     if not checkpoint.is_file():
         raise SystemExit(f"{checkpoint} does not exist: there is no interrupted training in {out} to export")
-    saved = torch.load(checkpoint, weights_only=False)
+    saved = load_checkpoint(checkpoint)
     config = saved["config"]
     tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
     state = resume_state(checkpoint, config)
@@ -298,17 +322,12 @@ def write_outputs(out, model, tokenizer, config, log):
 
 
 
-def _whole_number(minimum):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
-        return value
 
-    return parse
+def _corpus_folder(text):
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _corpus_or_error(parser, folder):
@@ -318,6 +337,8 @@ def _corpus_or_error(parser, folder):
         parser.error(str(error))
 
 
+CORPUS_HELP = "folder of the novels (default: where python -m attn.corpus writes)"
+SEED_ARGUMENT = whole_number_argument("--seed", 0, 2**64 - 1, "what PyTorch's generator takes")
 OUTPUT_FOLDER = folder_argument(WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME, CHECKPOINT_NAME)  # --out, checked first
 
 
@@ -327,13 +348,13 @@ def main(argv=None):
     trainer = commands.add_parser("train", help="train the model (seeded; resumes after an interruption)")
     trainer.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder for weights, tokenizer and log")
     trainer.add_argument("--size", choices=sorted(SIZES), default="full", help="full (the shipped model) or tiny (seconds)")
-    trainer.add_argument("--steps", type=_whole_number(1), default=None, help="training steps (default: the size's)")
-    trainer.add_argument("--seed", type=_whole_number(0), default=None, help="seed (default 0)")
-    trainer.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
-    trainer.add_argument("--threads", type=_whole_number(1), default=1, help="math threads (default 1: same sums everywhere)")
+    trainer.add_argument("--steps", type=steps_argument(), default=None, help="training steps (default: the size's)")
+    trainer.add_argument("--seed", type=SEED_ARGUMENT, default=None, help="seed (default 0)")
+    trainer.add_argument("--corpus", type=_corpus_folder, default=None, help=CORPUS_HELP)
+    trainer.add_argument("--threads", type=threads_argument(), default=1, help="math threads (default 1: same sums everywhere)")
     exporter = commands.add_parser("export", help="ship the last checkpoint of a training that could not finish")
     exporter.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_checkpoint.pt")
-    exporter.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
+    exporter.add_argument("--corpus", type=_corpus_folder, default=None, help=CORPUS_HELP)
     args = parser.parse_args(argv)
     if args.command == "export":
         _corpus_or_error(parser, args.corpus)

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
+from attn.common.arguments import steps_argument, whole_number_argument
 from attn.common.destinations import folder_argument, write_text
-from attn.common.validate import positive_int
 from attn.models.decoder import Decoder
 
 VALUES, FILLERS = 8, 16  # token ids 0..7 are values, 8..23 fillers, 24 the query
@@ -126,13 +126,6 @@ def _stack(text):
     return text
 
 
-def _count(text):
-    try:
-        return positive_int("the number", int(text))
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-
-
 def _seed(text):
     try:
         value = int(text)
@@ -142,6 +135,8 @@ def _seed(text):
         raise argparse.ArgumentTypeError(f"a seed is a whole number from 0 to 2**31 - 1, got {text!r}")
     return value
 
+PER_DISTANCE_ARGUMENT = whole_number_argument("--per-distance", 1, 100_000, "more would not fit in memory")
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
@@ -150,8 +145,8 @@ def main(argv=None):
     parser.add_argument("--out", required=True, type=folder_argument(RUNS_NAME), help=f"folder for {RUNS_NAME}")
     parser.add_argument("--stacks", nargs="+", type=_stack, default=list(STACKS), help="stacks to train (default: all)")
     parser.add_argument("--seeds", nargs="+", type=_seed, default=list(SEEDS), help="seeds (default: 0 1 2)")
-    parser.add_argument("--steps", type=_count, default=STEPS, help=f"training steps (default {STEPS})")
-    parser.add_argument("--per-distance", type=_count, default=TEST_PER_DISTANCE,
+    parser.add_argument("--steps", type=steps_argument(), default=STEPS, help=f"training steps (default {STEPS})")
+    parser.add_argument("--per-distance", type=PER_DISTANCE_ARGUMENT, default=TEST_PER_DISTANCE,
                         help=f"test examples per distance (default {TEST_PER_DISTANCE})")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the same sums in the same order on every machine

@@ -19,8 +19,10 @@ import numbers
 import torch
 from torch import nn
 
-from attn.common.validate import positive_int, positive_number, require_finite, require_tensor, type_name
+from attn.common.validate import has_only_finite, positive_int, positive_number, require_finite, require_tensor, type_name
 from attn.positions import apply_rotary
+
+MAX_SCALING = 1e3  # scores times more than this leave softmax only inf
 
 
 class RMSNorm(nn.Module):
@@ -82,6 +84,9 @@ class LatentAttention(nn.Module):
             raise TypeError(f"bias must be True or False, got {type_name(bias)} {bias!r}")
         rope_base, eps = positive_number("rope_base", rope_base), positive_number("eps", eps)
         scaling = None if scaling is None else positive_number("scaling", scaling)
+        if scaling is not None and scaling > MAX_SCALING:
+            raise ValueError(f"scaling={scaling!r} multiplies every score by more than {MAX_SCALING:g}, so that softmax sees "
+                             "only inf; real models scale by about 1 / sqrt(nope_dim + rope_dim), below 1")
         self.num_heads, self.latent_dim, self.nope_dim = num_heads, latent_dim, nope_dim
         self.rope_dim, self.value_dim, self.rope_base = rope_dim, value_dim, rope_base
         self.scaling = 1 / math.sqrt(nope_dim + rope_dim) if scaling is None else scaling
@@ -131,7 +136,13 @@ class LatentAttention(nn.Module):
         keep = torch.ones(x.shape[1], latents.shape[1], dtype=torch.bool, device=x.device).tril(start)
         attend = self._absorbed if absorbed else self._plain
         context = attend(q_nope, q_rope, latents, rope_keys, keep)  # (B, H, T, value_dim)
-        return self.out_proj(context.transpose(1, 2).flatten(2))
+        output = self.out_proj(context.transpose(1, 2).flatten(2))
+        if not has_only_finite(output):  # finite inputs, but a projection, a norm or a score overflowed
+            raise ValueError(
+                f"x is finite, but the layer overflowed {x.dtype} on it (its projections, the latents' RMSNorm or the "
+                f"scores reached inf) and the output holds inf or NaN; scale x down, or use float64"
+            )
+        return output
 
     def _plain(self, q_nope, q_rope, latents, rope_keys, keep):
         """Rebuild every head's keys (B, H, T_k, nope + rope) and values (B, H, T_k, value_dim), then attend."""
@@ -171,6 +182,14 @@ class LatentAttention(nn.Module):
         if cache is not None:
             if not isinstance(cache, LatentCache):
                 raise TypeError(f"cache must be an attn.latent.LatentCache or None, got {type_name(cache)}")
+            if len(cache) and (cache.latents.shape[-1], cache.rope_keys.shape[-1]) != (self.latent_dim, self.rope_dim):
+                raise ValueError(
+                    f"the cache holds latents of {cache.latents.shape[-1]} and rotary keys of {cache.rope_keys.shape[-1]} "
+                    f"numbers, written by another layer; this one has latent_dim={self.latent_dim}, rope_dim={self.rope_dim}: "
+                    "give each layer its own LatentCache()"
+                )
+            if len(cache) and cache.latents.device != x.device:
+                raise ValueError(f"the cache is on {cache.latents.device} but x is on {x.device}; start a new LatentCache()")
             if len(cache) and (cache.latents.shape[0] != x.shape[0] or cache.latents.dtype != x.dtype):
                 raise ValueError(
                     f"the cache holds a batch of {cache.latents.shape[0]} in {cache.latents.dtype}, but x is a batch of "

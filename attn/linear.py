@@ -23,9 +23,22 @@ chunked form; the three forms themselves check nothing (the tests and the lesson
 import torch
 
 from attn.common.layer_checks import check_recurrence_inputs
-from attn.common.validate import positive_int
+from attn.common.validate import has_only_finite, positive_int
 
 CHUNK_SIZE = 64  # tokens per chunk in the public functions (Qwen3-Next's reference uses 64 too)
+DELTA_OVERSHOOT = (
+    "each write moves the memory by beta |k|^2 times the error, so where beta |k|^2 > 2 the error grows at every "
+    "write instead of shrinking; give keys of unit length (k / k.norm(dim=-1, keepdim=True)), or a smaller beta"
+)
+
+
+def check_memory_output(output, cause):
+    """``output`` if it is finite; else a ValueError: finite inputs whose memory overflowed (``cause`` says how)."""
+    if not has_only_finite(output):
+        raise ValueError(
+            f"the inputs are finite but the memory overflowed {output.dtype} and the outputs hold inf or NaN: {cause}"
+        )
+    return output
 
 
 # Linear attention ----------------------------------------------------------------------------------------
@@ -50,6 +63,7 @@ def linear_attention_parallel(q, k, v):
 
 def linear_attention_chunked(q, k, v, chunk_size=CHUNK_SIZE):
     """Chunks of ``chunk_size`` tokens: the state carried between chunks, the parallel form inside one."""
+    chunk_size = positive_int("chunk_size", chunk_size)
     state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])  # (B, H, d_k, d_v)
     outputs = []
     for start in range(0, q.shape[2], chunk_size):
@@ -66,7 +80,8 @@ def linear_attention(q, k, v, chunk_size=CHUNK_SIZE):
     q, k (B, H, T, d_k), v (B, H, T, d_v) -> (B, H, T, d_v). Computed in chunks of ``chunk_size`` tokens.
     """
     check_recurrence_inputs(q, k, v)
-    return linear_attention_chunked(q, k, v, positive_int("chunk_size", chunk_size))
+    output = linear_attention_chunked(q, k, v, positive_int("chunk_size", chunk_size))
+    return check_memory_output(output, "the sum of k v^T grows with every token; scale q, k and v down (or use float64)")
 
 
 # The (gated) delta rule ----------------------------------------------------------------------------------
@@ -123,7 +138,11 @@ def gated_delta_rule_parallel(q, k, v, alpha, beta, initial_state=None):
     overlap = (k @ k.transpose(-1, -2)) * between * strictly_lower  # A (B, H, T, T)
     system = torch.eye(length, dtype=q.dtype, device=q.device) + beta[..., None] * overlap
     targets = beta[..., None] * (v - from_start[..., None] * (k @ state))  # (B, H, T, d_v)
-    written = torch.linalg.solve_triangular(system, targets, upper=False, unitriangular=True)  # U
+    # PyTorch solves triangular systems in float32 and float64 only: float16 and bfloat16 are solved in float32.
+    solve_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    written = torch.linalg.solve_triangular(
+        system.to(solve_dtype), targets.to(solve_dtype), upper=False, unitriangular=True
+    ).to(q.dtype)  # U
     outputs = from_start[..., None] * (q @ state) + ((q @ k.transpose(-1, -2)) * between) @ written
     to_end = between[..., -1, :]  # (B, H, T): g_T / g_i, the decay from each write to the chunk's end
     last = from_start[..., -1, None, None] * state + k.transpose(-1, -2) @ (to_end[..., None] * written)
@@ -135,6 +154,7 @@ def gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
 
     Returns (outputs (B, H, T, d_v), last state (B, H, d_k, d_v)). The last chunk may be shorter.
     """
+    chunk_size = positive_int("chunk_size", chunk_size)
     state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
     outputs = []
     for start in range(0, q.shape[2], chunk_size):
@@ -154,7 +174,8 @@ def delta_rule(q, k, v, beta, chunk_size=CHUNK_SIZE):
     """
     check_recurrence_inputs(q, k, v, beta=beta)
     alpha = torch.ones_like(beta)
-    return gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
+    output = gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
+    return check_memory_output(output, DELTA_OVERSHOOT)
 
 
 def gated_delta_rule(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
@@ -164,4 +185,5 @@ def gated_delta_rule(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
     decays the whole memory before each write.
     """
     check_recurrence_inputs(q, k, v, beta=beta, alpha=alpha)
-    return gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
+    output = gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
+    return check_memory_output(output, DELTA_OVERSHOOT)

@@ -7,7 +7,13 @@ from torch import nn
 from torch.nn import functional
 
 from attn.common import convert
-from attn.common.layer_checks import check_attention_inputs, check_inputs, check_layer_arguments, check_rotary_base
+from attn.common.layer_checks import (
+    check_attention_inputs,
+    check_inputs,
+    check_layer_arguments,
+    check_projected,
+    check_rotary_base,
+)
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
 from attn.positions import apply_rotary
 from attn.window import check_window_arguments, check_window_call, layer_keep_mask, sink_attention
@@ -73,7 +79,7 @@ def fused_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_causal=
     With ``is_causal``, T_q == T_k and no keep_mask, PyTorch's own causal flag is used, so the fastest
     kernels can run; in every other case the end-aligned causal mask is built and combined with keep_mask.
     """
-    check_attention_inputs(query, key, value, dropout_p, is_causal)
+    check_attention_inputs(query, key, value, dropout_p, is_causal, fused=True)
     check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
     return _fused_attention(query, key, value, keep_mask, dropout_p, is_causal)
 
@@ -175,6 +181,7 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
         if self.window is not None:  # lesson 14: the window's band, causal by itself
             keep_mask, is_causal = self._window(keep_mask, q, k, cache), False
+        check_projected(q, k, v, need_weights)
         dropout_p = self.dropout if self.training else 0.0
         attention_inputs = (q, k, v, keep_mask, dropout_p, is_causal)
         if self.sink_logits is not None:  # lesson 14: learned sinks, written out

@@ -121,3 +121,161 @@ def test_a_ten_million_entry_list_is_answered_at_once():
 def test_a_named_pipe_is_not_read_as_a_notebook(places):
     assert "is not an ordinary file" in execute.notebook_problem(places / "pipe")
     assert "leads round in a loop" in execute.notebook_problem(places / "loop-a")
+
+
+# --- layers: silent wrong results and tracebacks from inside PyTorch -------------------------------------------
+
+from attn import MultiHeadAttention, RingKVCache  # noqa: E402
+from attn.latent import LatentAttention, LatentCache  # noqa: E402
+from attn.linear import (  # noqa: E402
+    delta_rule,
+    gated_delta_rule,
+    gated_delta_rule_chunked,
+    gated_delta_rule_loop,
+    linear_attention,
+    linear_attention_chunked,
+)
+from attn.multihead import explicit_attention, fused_attention  # noqa: E402
+from attn.window import sink_attention, sliding_window_mask  # noqa: E402
+
+
+@pytest.mark.parametrize("window", [2**62, 2**63, 2**64, 2**70])
+def test_a_window_beyond_int64_sees_every_earlier_key_instead_of_wrapping(window):
+    assert torch.equal(sliding_window_mask(5, 5, window), torch.ones(5, 5, dtype=torch.bool).tril())
+
+
+def test_sink_tokens_beyond_int64_keep_every_key_visible():
+    assert torch.equal(sliding_window_mask(6, 6, 2, sink_tokens=2**63), torch.ones(6, 6, dtype=torch.bool).tril())
+    layer = MultiHeadAttention(8, 2, window=2, sink_tokens=2**63)
+    x = torch.randn(1, 6, 8)
+    wide = MultiHeadAttention(8, 2)
+    wide.load_state_dict(layer.state_dict())
+    torch.testing.assert_close(layer(x, x, x), wide(x, x, x, is_causal=True))
+
+
+@pytest.mark.parametrize("device, message", [("bogus", "is not a device PyTorch knows"), (3.5, "must be a torch.device")])
+def test_a_mask_on_a_device_that_is_not_one_gets_a_sentence(device, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        sliding_window_mask(4, 4, 2, device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_mask_on_cuda_without_cuda_gets_a_sentence():
+    with pytest.raises(ValueError, match="no CUDA device is available on this machine"):
+        sliding_window_mask(4, 4, 2, device="cuda")
+
+
+def test_a_ring_cache_larger_than_any_memory_is_refused_when_made():
+    with pytest.raises(ValueError, match="more positions than any cache could hold"):
+        RingKVCache(2**70)
+    with pytest.raises(ValueError, match="sink_tokens=.* more positions"):
+        RingKVCache(4, sink_tokens=2**64)
+
+
+def sink_inputs():
+    return torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.zeros(2)
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda q, k, v, s: (q, k, v, s, torch.ones(3, 3)), ValueError, "keep_mask must be a bool tensor broadcastable"),
+    (lambda q, k, v, s: (q, k, v, s, [[True]]), TypeError, "keep_mask must be a torch.Tensor"),
+    (lambda q, k, v, s: (q, k, v, s, torch.ones(5, 3, dtype=torch.bool)), ValueError, "broadcastable to the scores"),
+    (lambda q, k, v, s: (q, k, v, s.double(), None), TypeError, "sink_logits is torch.float64"),
+    (lambda q, k, v, s: (q, k, v, torch.tensor([float("nan"), 0.0]), None), ValueError, "sink_logits contains NaN or inf"),
+    (lambda q, k, v, s: (q, k, v, torch.tensor([float("inf"), 0.0]), None), ValueError, "sink_logits contains NaN or inf"),
+    (lambda q, k, v, s: (q * 1e20, k * 1e20, v, s, None), ValueError, "could overflow torch.float32"),
+])
+def test_sink_attention_names_each_wrong_input(change, error, message):
+    with pytest.raises(error, match=message):
+        sink_attention(*change(*sink_inputs()))
+
+
+@pytest.mark.parametrize("attend", [explicit_attention, fused_attention])
+def test_scores_that_would_overflow_are_refused_not_turned_into_nan(attend):
+    q = torch.randn(1, 2, 3, 4) * 1e20
+    with pytest.raises(ValueError, match=r"the scores Q K\^T / sqrt\(d\) could overflow torch.float32"):
+        attend(q, q, q)
+
+
+def test_explicit_attention_in_float16_refuses_scores_beyond_65504_and_the_fused_kernel_takes_them():
+    q = torch.full((1, 2, 3, 64), 300.0, dtype=torch.float16)
+    with pytest.raises(ValueError, match="could overflow torch.float16"):
+        explicit_attention(q, q, q)
+    assert torch.isfinite(fused_attention(q, q, q)).all()  # the fused kernels add up float16 products in float32
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_the_layer_refuses_finite_inputs_whose_scores_overflow(window):
+    layer = MultiHeadAttention(8, 2, window=window)
+    x = torch.randn(1, 5, 8) * 1e20
+    with pytest.raises(ValueError, match="could overflow torch.float32, the dtype the layer computes them in"):
+        layer(x, x, x)
+
+
+def test_need_weights_beyond_the_memory_is_refused_before_allocating(monkeypatch):
+    from attn.common import sizes
+
+    monkeypatch.setattr(sizes, "memory_of", lambda device=None: 10**5)  # a machine with 100 kB
+    layer = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 300, 8)
+    with pytest.raises(ValueError, match=r"need_weights=True: the attention weights \(1, 2, 300, 300\) would need 720.0 kB"):
+        layer(x, x, x, need_weights=True)
+    assert layer(x, x, x).shape == (1, 300, 8)  # without the weights it fits
+
+
+def one_key_written_64_times(scale):
+    k = torch.zeros(1, 1, 64, 4)
+    k[..., 0] = scale
+    return k.clone(), k, torch.randn(1, 1, 64, 4), torch.ones(1, 1, 64)
+
+
+def test_the_delta_rule_names_writes_that_overshoot_instead_of_returning_nan():
+    with pytest.raises(ValueError, match=r"where beta \|k\|\^2 > 2 the error grows at every write"):
+        delta_rule(*one_key_written_64_times(4.0))
+    q, k, v, beta = one_key_written_64_times(0.5)
+    reference = gated_delta_rule_loop(q, k, v, torch.ones_like(beta), beta)[0]
+    torch.testing.assert_close(delta_rule(q, k, v, beta), reference)
+
+
+def test_linear_attention_names_a_memory_that_overflowed():
+    q = torch.full((1, 1, 8, 4), 1e19)
+    with pytest.raises(ValueError, match="the sum of k v\\^T grows with every token"):
+        linear_attention(q, q, q)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_delta_rules_run_in_half_precision_on_the_cpu(dtype):
+    q, k, v, beta = one_key_written_64_times(0.5)
+    half = [t.to(dtype) for t in (q, k, v, beta)]
+    output = delta_rule(*half)
+    assert output.dtype == dtype
+    torch.testing.assert_close(output.float(), delta_rule(q, k, v, beta), atol=0.05, rtol=0.05)
+    assert gated_delta_rule(half[0], half[1], half[2], torch.ones_like(half[3]), half[3]).dtype == dtype
+
+
+@pytest.mark.parametrize("chunk_size", [0, -1, 2.5, True])
+def test_the_chunked_forms_check_their_chunk_size(chunk_size):
+    q, k, v, beta = one_key_written_64_times(0.5)
+    with pytest.raises((ValueError, TypeError), match="chunk_size must be"):
+        linear_attention_chunked(q, k, v, chunk_size)
+    with pytest.raises((ValueError, TypeError), match="chunk_size must be"):
+        gated_delta_rule_chunked(q, k, v, torch.ones_like(beta), beta, chunk_size)
+
+
+def test_latent_attention_refuses_a_scaling_that_leaves_softmax_only_inf():
+    with pytest.raises(ValueError, match="scaling=1e\\+300 multiplies every score"):
+        LatentAttention(8, 2, 4, 2, 2, 2, scaling=1e300)
+
+
+@pytest.mark.parametrize("absorbed", [False, True])
+def test_latent_attention_names_an_overflow_instead_of_returning_nan(absorbed):
+    layer = LatentAttention(8, 2, 4, 2, 2, 2)
+    with pytest.raises(ValueError, match="x is finite, but the layer overflowed torch.float32"):
+        layer(torch.randn(1, 3, 8) * 1e20, absorbed=absorbed)
+
+
+def test_a_latent_cache_filled_by_a_layer_of_other_sizes_is_refused():
+    cache = LatentCache()
+    LatentAttention(8, 2, 4, 2, 2, 2)(torch.randn(1, 3, 8), cache=cache)
+    with pytest.raises(ValueError, match="written by another layer; this one has latent_dim=6, rope_dim=4"):
+        LatentAttention(8, 2, 6, 2, 4, 2)(torch.randn(1, 3, 8), cache=cache)

@@ -279,3 +279,71 @@ def test_a_latent_cache_filled_by_a_layer_of_other_sizes_is_refused():
     LatentAttention(8, 2, 4, 2, 2, 2)(torch.randn(1, 3, 8), cache=cache)
     with pytest.raises(ValueError, match="written by another layer; this one has latent_dim=6, rope_dim=4"):
         LatentAttention(8, 2, 6, 2, 4, 2)(torch.randn(1, 3, 8), cache=cache)
+
+
+# --- models and measurements: sentences where they answered with negative bytes, NaN or a traceback ------------
+
+from attn.measure.published_caches import PublishedAttention  # noqa: E402
+from attn.models import lm_heads, tokenizer  # noqa: E402
+from attn.models.decoder import Decoder  # noqa: E402
+from attn.models.induction.scores import previous_token_scores  # noqa: E402
+
+
+def test_published_attention_refuses_negative_heads_instead_of_counting_negative_bytes():
+    with pytest.raises(ValueError, match="kv_heads must be a whole number of 1 or more, got -8"):
+        PublishedAttention("bad", kv_heads=-8, head_dim=128, windows=(None,), source="x")
+    with pytest.raises(ValueError, match="windows must be a non-empty tuple"):
+        PublishedAttention("bad", kv_heads=8, head_dim=128, windows=(0, None), source="x")
+
+
+def test_a_decoder_refuses_sinks_without_a_window_as_the_layer_does():
+    with pytest.raises(ValueError, match="sink_tokens=2 needs a window"):
+        Decoder(16, 8, sink_tokens=2)
+    with pytest.raises(ValueError, match="sink_tokens=2 needs a window"):
+        MultiHeadAttention(8, 2, sink_tokens=2)
+
+
+@pytest.mark.parametrize("distance", [0, window_runs.LENGTH, -3])
+def test_recall_batches_refuse_distances_outside_the_sequence(distance):
+    with pytest.raises(ValueError, match="distances must lie from 1 to length - 1"):
+        window_runs.recall_batch(2, torch.Generator().manual_seed(0), distances=torch.tensor([1, distance]))
+
+
+def test_text_with_a_lone_surrogate_gets_a_sentence():
+    with pytest.raises(ValueError, match="text holds a lone surrogate"):
+        tokenizer.pretokenize("half \ud800 a character")
+
+
+def test_a_tokenizer_file_with_no_vocabulary_is_refused(tmp_path):
+    path = tmp_path / "empty.json"
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import models
+
+    Backend(models.BPE(vocab={}, merges=[])).save(str(path))
+    with pytest.raises(ValueError, match="holds a tokenizer of 0 tokens"):
+        tokenizer.Tokenizer.load(path)
+
+
+def test_previous_token_scores_refuse_meta_weights():
+    with pytest.raises(ValueError, match="weights is on the meta device"):
+        previous_token_scores(torch.empty(1, 2, 4, 4, device="meta"))
+
+
+@pytest.mark.parametrize("weights", [torch.ones(2, 1, 2, 1, 1), torch.ones(0, 1, 2, 4, 4)])
+def test_head_measures_refuse_weights_too_short_to_measure(weights):
+    for measure in (lm_heads.first_token_weight, lm_heads.previous_token_score):
+        with pytest.raises(ValueError, match="hold no query after the first to average over"):
+            measure(weights)
+
+
+@pytest.mark.parametrize("train, held_out, vocab_size, error, message", [
+    (torch.tensor([1, 2, 3]), torch.tensor([1]), 8, ValueError, "held_out_tokens holds 1 tokens; a bigram needs at least 2"),
+    ([1, 2, 3], torch.tensor([1, 2]), 8, TypeError, "train_tokens must be a 1-D tensor of token ids"),
+    (torch.tensor([1.0, 2.0]), torch.tensor([1, 2]), 8, TypeError, "train_tokens must be a 1-D tensor"),
+    (torch.tensor([1, 2, 9]), torch.tensor([1, 2]), 8, ValueError, "outside the vocabulary 0..7"),
+    (torch.tensor([1, 2]), torch.tensor([1, 2]), 2.5, TypeError, "vocab_size must be a positive int"),
+    (torch.tensor([1, 2]), torch.tensor([1, 2]), 10**7, ValueError, "the bigram counts for vocab_size=10000000 would need"),
+])
+def test_baselines_refuse_what_they_cannot_count(train, held_out, vocab_size, error, message):
+    with pytest.raises(error, match=message):
+        lm_training.baselines(train, held_out, vocab_size)

@@ -146,6 +146,20 @@ def positive_number(name, value):
     return float(value)
 
 
+def require_text(name, text):
+    """TypeError unless ``text`` is a str; ValueError if it holds a lone surrogate, which no text file can store."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type_name(text)}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name} holds a lone surrogate ({text[error.start]!r} at position {error.start}), half of a character that "
+            "no UTF-8 text can hold; it usually comes from reading a file with the wrong encoding"
+        ) from None
+    return text
+
+
 def require_callable(name, value):
     """TypeError unless ``value`` can be called (a function, a lambda, a layer)."""
     if not callable(value):

@@ -51,6 +51,8 @@ class Decoder(nn.Module):
         self.vocab_size, self.max_length = positive_int("vocab_size", vocab_size), positive_int("max_length", max_length)
         embed_dim = positive_int("embed_dim", embed_dim)  # checked here, before nn.Embedding sees it
         num_layers, ratio = positive_int("num_layers", num_layers), mlp_ratio if isinstance(mlp_ratio, numbers.Real) else 4
+        if window is None and not (isinstance(sink_tokens, numbers.Integral) and sink_tokens == 0):
+            raise ValueError(f"sink_tokens={sink_tokens!r} needs a window: without one every key is visible already")
         per_block = 4 * embed_dim * embed_dim + 2 * abs(ratio) * embed_dim * embed_dim  # attention, MLP (weights)
         size = (2 * self.vocab_size + self.max_length) * embed_dim + num_layers * int(per_block)
         check_parameters(f"Decoder(vocab_size={self.vocab_size}, embed_dim={embed_dim}, num_layers={num_layers})", size)

@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import write_text
-from attn.common.validate import type_name
+from attn.common.validate import positive_int, require_computable, require_floating, type_name
 from attn.models.corpus import TITLES, austen
 from attn.models.lm import HELD_OUT, AustenLM, load
 from attn.models.lm_training import held_out_windows
@@ -54,6 +54,11 @@ def _check_weights(weights):
     if not isinstance(weights, torch.Tensor) or weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
         shape = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type_name(weights)
         raise ValueError(f"weights must be a tensor (L, B, H, T, T), as model(tokens, need_weights=True) gives, got {shape}")
+    require_computable("weights", weights)
+    require_floating("weights", weights)
+    if 0 in weights.shape[:3] or weights.shape[-1] < 2:
+        raise ValueError(f"weights {tuple(weights.shape)} hold no query after the first to average over: these measures "
+                         "need at least one layer, sequence and head, and T >= 2 positions")
     return weights
 
 
@@ -129,6 +134,13 @@ def copy_losses(model, passages):
     The first copy's targets are positions 1 .. P - 1; the second copy's P + 1 .. 2P - 1 (its first token
     cannot be foreseen from the first copy, so it is left out, as the first copy's first token is).
     """
+    _check_model(model)
+    if not isinstance(passages, torch.Tensor) or passages.dim() != 2 or passages.is_floating_point() or (
+            passages.dtype == torch.bool):
+        raise TypeError(f"passages must be a 2-D tensor of token ids (B, 2P), got {type_name(passages)}")
+    if passages.shape[0] == 0 or passages.shape[1] < 4 or passages.shape[1] % 2:
+        raise ValueError(f"passages must be (B, 2P) with B >= 1 and an even length 2P >= 4 (each copy needs a token after "
+                         f"its first), got {tuple(passages.shape)}")
     length = passages.shape[1] // 2
     logits = model(passages[:, :-1])  # (B, 2P - 1, V)
     losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
@@ -149,6 +161,9 @@ def _rounded(table):
 def measure(model, held_out_tokens, windows=PROBE_WINDOWS, passages=PASSAGES, passage_length=PASSAGE_LENGTH):
     """Every measure of this module on held-out tokens (N,): a dict ready for JSON."""
     _check_model(model)
+    windows, passages = positive_int("windows", windows), positive_int("passages", passages)
+    if positive_int("passage_length", passage_length) < 2:
+        raise ValueError(f"passage_length must be at least 2 (a copy needs a token after its first), got {passage_length}")
     _check_tokens(held_out_tokens, max(model.context_length * windows, 2 * passage_length * passages) + 1)
     inputs, targets = held_out_windows(held_out_tokens, model.context_length, windows)  # (W, T) each
     _, weights = model(inputs, need_weights=True)  # (L, W, H, T, T)

@@ -17,6 +17,8 @@ from torch.nn import functional
 
 from attn.common.arguments import steps_argument, threads_argument, whole_number_argument
 from attn.common.destinations import folder_argument, name_problem, write_text
+from attn.common.sizes import check_allocation
+from attn.common.validate import positive_int, require_computable, type_name
 from attn.models.corpus import TITLES, austen
 from attn.models.lm import (
     CHECKPOINT_NAME,
@@ -78,6 +80,17 @@ def baselines(train_tokens, held_out_tokens, vocab_size):
     Unigram: token frequencies with one pseudo-count each (so no token has probability 0).
     Bigram: P(b | a) = (count(a, b) + BIGRAM_PRIOR * P_unigram(b)) / (count(a) + BIGRAM_PRIOR).
     """
+    vocab_size = positive_int("vocab_size", vocab_size)
+    check_allocation(f"the bigram counts for vocab_size={vocab_size}", 8 * vocab_size * vocab_size)
+    for name, tokens, least in (("train_tokens", train_tokens, 2), ("held_out_tokens", held_out_tokens, 2)):
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
+            raise TypeError(f"{name} must be a 1-D tensor of token ids, got {type_name(tokens)}")
+        require_computable(name, tokens)
+        if len(tokens) < least:
+            raise ValueError(f"{name} holds {len(tokens)} tokens; a bigram needs at least {least}")
+        if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+            raise ValueError(f"{name} holds token ids from {int(tokens.min())} to {int(tokens.max())}, outside the "
+                             f"vocabulary 0..{vocab_size - 1}")
     counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
     unigram = counts / counts.sum()  # (V,)
     pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]

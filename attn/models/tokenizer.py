@@ -14,6 +14,8 @@ import numbers
 from collections import Counter
 from pathlib import Path
 
+from attn.common.validate import require_text
+
 VOCAB_SIZE = 4096
 
 
@@ -84,8 +86,7 @@ def pretokenize(text):
     """The words the library's byte-level BPE merges within (GPT-2's rule): a list of str."""
     from tokenizers import pre_tokenizers
 
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {_type_name(text)}")
+    require_text("text", text)
     splitter = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     # the library shows each byte as a printable character; map them back to the text's own characters
     decode = {character: byte for byte, character in _byte_alphabet().items()}
@@ -153,9 +154,13 @@ class Tokenizer:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no tokenizer file at {path}")
         try:
-            return cls(Backend.from_file(str(path)))
+            tokenizer = cls(Backend.from_file(str(path)))
         except Exception as error:  # noqa: BLE001 - the library raises its own exception kinds
             raise ValueError(f"{path} is not a tokenizers JSON file: {error}") from None
+        if tokenizer.vocab_size < 256:
+            raise ValueError(f"{path} holds a tokenizer of {tokenizer.vocab_size} tokens; a byte-level tokenizer has at least "
+                             "the 256 bytes: the file is not one that train_tokenizer wrote")
+        return tokenizer
 
     def save(self, path):
         """Write the tokenizer as the library's JSON file (sorted keys, so that retraining gives the same bytes)."""
@@ -166,7 +171,7 @@ class Tokenizer:
         """The token ids of ``text`` (str): a list of int."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {_type_name(text)}; decode bytes first (text = data.decode())")
-        return self.backend.encode(text).ids
+        return self.backend.encode(require_text("text", text)).ids
 
     def decode(self, ids):
         """The text of token ids (a list of int, or a 1-D tensor): ``decode(encode(text)) == text``."""

@@ -42,8 +42,21 @@ STACKS = {
 RUNS_NAME = "window_runs.json"
 
 
+def check_distances(distances, length):
+    """``distances`` must be None or a 1-D integer tensor of values from 1 to length - 1 (the query sits at the end)."""
+    if distances is None:
+        return
+    if not isinstance(distances, torch.Tensor) or distances.dim() != 1 or distances.is_floating_point() or (
+            distances.dtype == torch.bool):
+        raise TypeError(f"distances must be None or a 1-D integer tensor, got {type(distances).__name__}")
+    if distances.numel() and not (int(distances.min()) >= 1 and int(distances.max()) <= length - 1):
+        raise ValueError(f"distances must lie from 1 to length - 1 = {length - 1} (the value before the query), "
+                         f"got values from {int(distances.min())} to {int(distances.max())}")
+
+
 def recall_batch(size, generator, distances=None, length=LENGTH):
     """tokens (N, length), values (N,), distances (N,): the value sits at length - 1 - distance."""
+    check_distances(distances, length)
     tokens = VALUES + torch.randint(FILLERS, (size, length), generator=generator)
     values = torch.randint(VALUES, (size,), generator=generator)
     if distances is None:

@@ -152,6 +152,8 @@ def output_folder(text, file_names, example="lessons/models"):
     ``file_names`` is taken by a folder; a ValueError (TypeError for a non-path) saying what is wrong otherwise."""
     if not isinstance(text, str | os.PathLike):
         raise TypeError(f"out must be a folder's path, such as {example!r}, got {type(text).__name__}")
+    if not all(isinstance(name, str) and name and "/" not in name for name in file_names):
+        raise TypeError(f"file_names must be plain file names (text without a '/'), got {list(file_names)!r:.80}")
     problem = folder_problem(text, example=example)
     taken = [Path(text) / name for name in file_names if (Path(text) / name).is_dir()] if problem is None else []
     if taken:

@@ -20,12 +20,14 @@ perplexity, the baselines and the provenance). ``load()`` reads the files shippe
 The training, its data and the command line live in ``attn.models.lm_training``.
 """
 
+import numbers
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from attn.block import TransformerBlock
+from attn.common.layer_checks import check_parameters
 from attn.common.validate import positive_int, type_name
 from attn.kvcache import KVCache
 from attn.models.corpus import REPOSITORY_ROOT
@@ -84,11 +86,15 @@ class AustenLM(nn.Module):
         self.vocab_size = positive_int("vocab_size", vocab_size)
         self.context_length = positive_int("context_length", context_length)
         self.max_length = MAX_LENGTH
-        embed_dim = positive_int("embed_dim", embed_dim)
+        embed_dim, num_layers = positive_int("embed_dim", embed_dim), positive_int("num_layers", num_layers)
+        ratio = mlp_ratio if isinstance(mlp_ratio, numbers.Real) and not isinstance(mlp_ratio, bool) else 4
+        per_block = 4 * embed_dim * embed_dim + 2 * abs(ratio) * embed_dim * embed_dim  # attention, MLP (weights)
+        check_parameters(f"AustenLM(vocab_size={self.vocab_size}, embed_dim={embed_dim}, num_layers={num_layers})",
+                         self.vocab_size * embed_dim + num_layers * int(min(per_block, 2**62)))
         self.token_embedding = nn.Embedding(self.vocab_size, embed_dim)
         self.blocks = nn.ModuleList(
             TransformerBlock(embed_dim, num_heads, mlp_ratio, dropout=dropout, rotary_base=ROTARY_BASE)
-            for _ in range(positive_int("num_layers", num_layers))
+            for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(embed_dim)
         self.readout = nn.Linear(embed_dim, self.vocab_size, bias=False)

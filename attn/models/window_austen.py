@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import folder_argument, write_text
+from attn.common.validate import positive_int, require_callable, type_name, whole_number
 from attn.window import check_window_arguments
 
 WINDOWS = (16, 64)
@@ -31,8 +32,35 @@ BIN = 32
 RESULTS_NAME = "window_austen.json"
 
 
+def _check_model(model):
+    from attn.models.lm import AustenLM
+
+    if not isinstance(model, AustenLM):
+        raise TypeError(f"model must be an attn.lm.AustenLM (from attn.lm.load()), got {type_name(model)}")
+
+
+def _check_streams(streams, model):
+    """streams (S, length): a 2-D tensor of token ids of the model's vocabulary, S >= 1 and length >= 2."""
+    if not isinstance(streams, torch.Tensor) or streams.dim() != 2 or streams.is_floating_point() or (
+            streams.dtype == torch.bool):
+        raise TypeError(f"streams must be a 2-D tensor of token ids (S, length), got {type_name(streams)}")
+    if streams.shape[0] < 1 or streams.shape[1] < 2:
+        raise ValueError(f"streams must hold at least one stream of 2 or more tokens, got {tuple(streams.shape)}")
+    if int(streams.min()) < 0 or int(streams.max()) >= model.vocab_size:
+        raise ValueError(f"streams hold token ids outside the model's vocabulary 0..{model.vocab_size - 1}")
+
+
+def _check_sizes(windows, sink_counts):
+    for name, values, least in (("windows", windows, 1), ("sink_counts", sink_counts, 0)):
+        if not isinstance(values, list | tuple):
+            raise TypeError(f"{name} must be a list or tuple of whole numbers, got {type_name(values)}")
+        for value in values:
+            whole_number(f"each of {name}", value, minimum=least)
+
+
 def set_window(model, window, sink_tokens=0):
     """Give every attention layer of ``model`` (its ``blocks``) this window and these sinks; None: full attention."""
+    _check_model(model)
     window, sink_tokens = check_window_arguments(window, sink_tokens)
     for block in model.blocks:
         block.attention.window, block.attention.sink_tokens = window, sink_tokens
@@ -50,6 +78,8 @@ def held_out_streams(tokens, length=STREAM_LENGTH, count=STREAMS):
 @torch.no_grad()
 def stream_losses(model, streams):
     """Next-token cross-entropy (S, length - 1) at each position of each stream (S, length)."""
+    _check_model(model)
+    _check_streams(streams, model)
     losses = []
     for stream in streams:  # one at a time: the scores of a long stretch are large
         logits = model(stream[None, :-1])[0]  # (length - 1, V)
@@ -64,6 +94,7 @@ def binned(values, size=BIN):
 
 def conditions(windows=WINDOWS, sink_counts=SINK_COUNTS):
     """(name, window, sink_tokens): full attention, then each window with each number of sinks."""
+    _check_sizes(windows, sink_counts)
     found = [("full attention", None, 0)]
     for window in windows:
         for sinks in sink_counts:
@@ -76,6 +107,11 @@ def conditions(windows=WINDOWS, sink_counts=SINK_COUNTS):
 def first_token_weight(model, streams, skip=BIN):
     """Mean attention weight on position 0, by layer (L,), of the queries from ``skip`` to the training
     context's end (full attention): how much of its attention the model gives the first token."""
+    _check_model(model)
+    _check_streams(streams, model)
+    length = min(model.context_length, streams.shape[1])
+    if whole_number("skip", skip, minimum=1) >= length:
+        raise ValueError(f"skip={skip} leaves no query among the first {length} positions to average over")
     length = min(model.context_length, streams.shape[1])
     _, weights = model(streams[:, :length], need_weights=True)  # weights (L, S, H, T, T)
     return [round(value, 4) for value in weights[:, :, :, skip:, 0].mean(dim=(1, 2, 3)).tolist()]
@@ -84,6 +120,14 @@ def first_token_weight(model, streams, skip=BIN):
 def measure(model, streams, windows=WINDOWS, sink_counts=SINK_COUNTS, bin_size=BIN, progress=print):
     """The record: for each condition, the loss by bin of positions and the means beyond the window and the
     training context; and the weight the model gives the first token, by layer."""
+    _check_model(model)
+    _check_streams(streams, model)
+    _check_sizes(windows, sink_counts)
+    bin_size = positive_int("bin_size", bin_size)
+    require_callable("progress", progress)
+    if streams.shape[1] - 1 <= max([model.context_length, *windows]):
+        raise ValueError(f"streams of {streams.shape[1]} tokens leave nothing beyond the training context "
+                         f"({model.context_length}) and every window to measure; use longer streams")
     set_window(model, None)
     record = {"windows": list(windows), "sink_counts": list(sink_counts), "stream_length": streams.shape[1],
               "streams": streams.shape[0], "bin": bin_size, "context_length": model.context_length,

@@ -99,7 +99,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
     planted.target = str(tmp_path / "ran")
     path = tmp_path / lm_training.CHECKPOINT_NAME
     path.write_bytes(pickle.dumps({"config": planted}))
-    with pytest.raises(SystemExit, match="it was not loaded \\(loading it could run code\\)"):
+    with pytest.raises(ValueError, match="it was not loaded \\(loading it could run code\\)"):
         lm_training.load_checkpoint(path)
     assert not (tmp_path / "ran").exists()
 
@@ -107,7 +107,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
 def test_a_checkpoint_of_tensors_and_numbers_loads_and_one_lacking_entries_is_refused(tmp_path):
     path = tmp_path / "checkpoint.pt"
     torch.save({"config": {"steps": 2}, "model": {"w": torch.ones(2)}}, path)
-    with pytest.raises(SystemExit, match="lacks optimizer, generator, rng, step, curve, seconds"):
+    with pytest.raises(ValueError, match="lacks optimizer, generator, rng, step, curve, seconds"):
         lm_training.load_checkpoint(path)
 
 

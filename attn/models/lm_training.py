@@ -191,25 +191,32 @@ def load_checkpoint(path):
     A file that needs more than that to load (a pickle that would run code: crafted, or not this course's) or that
     lacks a checkpoint's entries is refused with a sentence, and nothing in it is run.
     """
+    if not isinstance(path, str | Path):
+        raise TypeError(f"path must be a str or pathlib.Path, got {type_name(path)}")
+    problem = name_problem(path)
+    if problem is not None:
+        raise ValueError(problem)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} is not a checkpoint file (it does not exist, or is a folder or a pipe)")
     try:
         saved = torch.load(path, weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch.load fails in many ways on a file that is not its own
         reason = " ".join(str(error).split())[:160]
-        raise SystemExit(
+        raise ValueError(
             f"{path} is not a checkpoint this course wrote, or it holds more than tensors and numbers "
             f"({type(error).__name__}: {reason}); it was not loaded (loading it could run code): remove it, or give another --out"
         ) from None
     missing = [key for key in CHECKPOINT_KEYS if not isinstance(saved, dict) or key not in saved]
     if missing:
-        raise SystemExit(f"{path} is not a checkpoint of python -m attn.lm train (it lacks {', '.join(missing)}); remove it")
+        raise ValueError(f"{path} is not a checkpoint of python -m attn.lm train (it lacks {', '.join(missing)}); remove it")
     return saved
 
 
 def resume_state(path, config):
-    """The state saved at ``path``, or a SystemExit sentence if it was trained with other settings."""
+    """The state saved at ``path``, or a ValueError sentence if it was trained with other settings."""
     saved = load_checkpoint(path)
     if saved["config"] != config:
-        raise SystemExit(f"{path} holds a training with other settings; remove it, or give another --out")
+        raise ValueError(f"{path} holds a training with other settings; remove it, or give another --out")
     state = new_state(config)
     state["model"].load_state_dict(saved["model"])
     state["optimizer"].load_state_dict(saved["optimizer"])
@@ -273,7 +280,7 @@ def export(out, corpus=None):
     """
     checkpoint = Path(out) / CHECKPOINT_NAME
     if not checkpoint.is_file():
-        raise SystemExit(f"{checkpoint} does not exist: there is no interrupted training in {out} to export")
+        raise FileNotFoundError(f"{checkpoint} does not exist: there is no interrupted training in {out} to export")
     saved = load_checkpoint(checkpoint)
     config = saved["config"]
     tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
@@ -371,14 +378,20 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "export":
         _corpus_or_error(parser, args.corpus)
-        log = export(args.out, args.corpus)
+        try:
+            log = export(args.out, args.corpus)
+        except (ValueError, FileNotFoundError) as error:
+            raise SystemExit(str(error)) from None
         print(f"Exported step {log['steps_done']} of {log['config']['steps']}: held-out loss {log['held_out_loss']:.3f}.")
         return
     config = dict(SIZES[args.size])
     config.update({key: value for key, value in (("steps", args.steps), ("seed", args.seed)) if value is not None})
     _corpus_or_error(parser, args.corpus)
     torch.set_num_threads(args.threads)
-    log = train(config, args.out, args.corpus)
+    try:
+        log = train(config, args.out, args.corpus)
+    except (ValueError, FileNotFoundError) as error:  # a checkpoint of other settings, or not one at all
+        raise SystemExit(str(error)) from None
     print(f"Held-out loss on {log['held_out_novel']}: {log['held_out_loss']:.3f} nats per token "
           f"(perplexity {log['held_out_perplexity']:.1f}); unigram {log['baselines']['unigram_perplexity']:.1f}, "
           f"bigram {log['baselines']['bigram_perplexity']:.1f}. {log['provenance']['seconds'] / 60:.1f} min. "

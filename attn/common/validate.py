@@ -160,6 +160,34 @@ def require_text(name, text):
     return text
 
 
+def require_module(name, value, what="a model (a torch.nn.Module)"):
+    """TypeError unless ``value`` is a torch.nn.Module (a model or a layer)."""
+    if not isinstance(value, torch.nn.Module):
+        raise TypeError(f"{name} must be {what}, got {type_name(value)}")
+    return value
+
+
+def require_choice(name, value, choices):
+    """ValueError (TypeError for a non-string) unless ``value`` is one of ``choices`` (strings)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, choices))}, got {type_name(value)} {value!r:.60}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r:.60}")
+    return value
+
+
+def require_token_ids(name, tensor, dims):
+    """``tensor`` must be an integer tensor (token ids, not bool) of ``dims`` dimensions on a real device."""
+    if not isinstance(tensor, torch.Tensor) or tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
+        got = f"{tensor.dtype} tensor" if isinstance(tensor, torch.Tensor) else type_name(tensor)
+        raise TypeError(f"{name} must be a tensor of integer token ids, got {got}")
+    require_dense(name, tensor)
+    require_numbers(name, tensor)
+    if tensor.dim() != dims:
+        raise ValueError(f"{name} must have {dims} dimension{'s' if dims > 1 else ''}, got shape {tuple(tensor.shape)}")
+    return tensor
+
+
 def require_callable(name, value):
     """TypeError unless ``value`` can be called (a function, a lambda, a layer)."""
     if not callable(value):

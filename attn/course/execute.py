@@ -71,6 +71,10 @@ def title_of(path):
     """The notebook's first heading, without the leading '# '."""
     import nbformat
 
+    problem = notebook_problem(path)
+    if problem is not None:
+        raise ValueError(problem)
+
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type == "markdown" and cell.source.startswith("# "):
             return cell.source.splitlines()[0][2:].strip()

@@ -179,6 +179,14 @@ def read_r_object(data):
 
 def inflate(data, wbits, what, announced=None):
     """``data`` unpacked by zlib (``wbits``: 15 zlib, 31 gzip), never more than ``announced`` or 64 MB; else ValueError."""
+    if not isinstance(data, bytes | bytearray):
+        raise TypeError(f"data must be bytes (a compressed stream), got {type(data).__name__}")
+    if wbits not in (15, 31) or isinstance(wbits, bool):
+        raise ValueError(f"wbits must be 15 (zlib) or 31 (gzip), got {wbits!r:.40}")
+    if not isinstance(what, str):
+        raise TypeError(f"what must be text naming the stream, got {type(what).__name__}")
+    if announced is not None and (isinstance(announced, bool) or not isinstance(announced, int) or announced < 0):
+        raise ValueError(f"announced must be None or a whole number of bytes, 0 or more, got {announced!r:.40}")
     limit = LARGEST_UNPACKED if announced is None else announced
     if limit > LARGEST_UNPACKED:
         raise ValueError(f"{what} announces {limit:,} bytes unpacked, far more than the package holds: the file is damaged")
@@ -274,6 +282,8 @@ def _unzstd(name, body):
 
 def paragraphs(lines):
     """The novel's lines (hard-wrapped, blank between paragraphs) -> paragraphs, italics underscores dropped."""
+    if not isinstance(lines, list | tuple) or not all(line is None or isinstance(line, str) for line in lines):
+        raise TypeError(f"lines must be a list of str (None for a missing line), got {type(lines).__name__}")
     result, current = [], []
     for line in lines:
         line = (line or "").strip()
@@ -314,7 +324,11 @@ def download_deb(folder):
 
 def write_corpus(novels, folder):
     """One UTF-8 file per novel, ``folder``/<name>.txt; returns the paths."""
-    folder = Path(folder)
+    from attn.common.destinations import output_folder
+
+    if not isinstance(novels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in novels.items()):
+        raise TypeError(f"novels must be a dict of name -> text (str), got {type(novels).__name__}")
+    folder = output_folder(folder, [f"{name}.txt" for name in novels], example="data/austen")
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in novels.items():

@@ -25,7 +25,14 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import write_text
-from attn.common.validate import positive_int, require_computable, require_floating, type_name
+from attn.common.validate import (
+    positive_int,
+    require_computable,
+    require_floating,
+    require_token_ids,
+    type_name,
+    whole_number,
+)
 from attn.models.corpus import TITLES, austen
 from attn.models.lm import HELD_OUT, AustenLM, load
 from attn.models.lm_training import held_out_windows
@@ -89,6 +96,7 @@ def ablate_head(model, layer, head):
 
 def without_first_token(length):
     """Keep-mask (T, T): every query may attend to every key but the first, except the first query itself."""
+    length = whole_number("length", length, minimum=1, maximum=2**16)
     keep = torch.ones(length, length, dtype=torch.bool)
     keep[1:, 0] = False
     return keep
@@ -97,6 +105,12 @@ def without_first_token(length):
 @torch.no_grad()
 def window_losses(model, inputs, targets, mask=None):
     """Mean next-token loss (nats) over ``inputs``, ``targets`` (W, T), with an optional keep-mask (T, T)."""
+    _check_model(model)
+    require_token_ids("inputs", inputs, 2)
+    require_token_ids("targets", targets, 2)
+    if inputs.shape != targets.shape or 0 in inputs.shape:
+        raise ValueError(f"inputs and targets must both be (W, T) with W, T >= 1, got {tuple(inputs.shape)}, "
+                         f"{tuple(targets.shape)}")
     logits = model(inputs, mask=mask)  # (W, T, V)
     return functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
 
@@ -149,6 +163,10 @@ def copy_losses(model, passages):
 
 def repeated_passages(tokens, count=PASSAGES, length=PASSAGE_LENGTH):
     """(count, 2 length): consecutive passages of ``tokens`` (N,), each followed by itself."""
+    require_token_ids("tokens", tokens, 1)
+    count, length = positive_int("count", count), positive_int("length", length)
+    if count * length > len(tokens):
+        raise ValueError(f"{count} passages of {length} tokens need {count * length} tokens, got {len(tokens)}")
     passages = tokens[:count * length].view(count, length)
     return torch.cat((passages, passages), dim=1)
 

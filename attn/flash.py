@@ -107,6 +107,14 @@ class Tiling:
 
     def mask(self, scores, rows, cols):
         """``scores`` (B, H, rows, cols), -inf for padding and future keys."""
+        for name, part, size in (("rows", rows, self.t_q), ("cols", cols, self.t_k)):
+            if not isinstance(part, slice) or not all(isinstance(i, int) for i in (part.start, part.stop)) or not (
+                    0 <= part.start < part.stop <= size) or part.step not in (None, 1):
+                raise TypeError(f"{name} must be a slice of positions within 0..{size}, as rows() and cols() give, "
+                                f"got {part!r:.60}")
+        if not isinstance(scores, torch.Tensor) or scores.dim() != 4 or not scores.is_floating_point() or (
+                scores.shape[-2:] != (rows.stop - rows.start, cols.stop - cols.start)) or scores.device.type == "meta":
+            raise ValueError(f"scores must be a float tensor (B, H, rows, cols) of this tile, got {type(scores).__name__}")
         keep = None if self.padding is None else self.padding[..., cols]
         offset = self.t_k - self.t_q
         crosses = cols.stop - 1 > offset + rows.start  # the diagonal
@@ -126,6 +134,8 @@ def _slices(start, stop, step):
 
 def compute_dtype(dtype):
     """Tiles are computed in float32 at least (as GPU kernels do for 16-bit inputs); float64 stays."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, such as torch.float16, got {dtype!r:.40}")
     return torch.promote_types(dtype, torch.float32)
 
 
@@ -163,6 +173,8 @@ def _tiling(query, key, value, is_causal, key_padding_mask, block_q, block_k):
 
 def check_tile_steps(tiling):
     """ValueError if the Python loops over ``tiling`` would take more than MAX_TILE_STEPS steps."""
+    if not isinstance(tiling, Tiling):
+        raise TypeError(f"tiling must be an attn.flash.Tiling, got {type(tiling).__name__}")
     steps = tiling.tile_steps()
     if steps > MAX_TILE_STEPS:
         raise ValueError(

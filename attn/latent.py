@@ -19,7 +19,17 @@ import numbers
 import torch
 from torch import nn
 
-from attn.common.validate import has_only_finite, positive_int, positive_number, require_finite, require_tensor, type_name
+from attn.common.layer_checks import check_parameters
+from attn.common.validate import (
+    has_only_finite,
+    positive_int,
+    positive_number,
+    require_finite,
+    require_floating,
+    require_like,
+    require_tensor,
+    type_name,
+)
 from attn.positions import apply_rotary
 
 MAX_SCALING = 1e3  # scores times more than this leave softmax only inf
@@ -30,11 +40,21 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim, eps=1e-6):
         super().__init__()
+        dim = positive_int("dim", dim)
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 <= eps < float("inf"):
+            raise ValueError(f"eps must be a finite number, 0 or more (added to the mean square), got {eps!r:.40}")
+        check_parameters(f"RMSNorm(dim={dim})", dim)
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x):
         """x (..., dim) -> (..., dim), computed in x's dtype."""
+        require_tensor("x", x)
+        require_floating("x", x)
+        if x.dim() == 0 or x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"x must have {self.weight.shape[0]} features on its last axis, got shape {tuple(x.shape)}")
+        require_like("x", x, self.weight)
+        require_finite("x", x)
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
@@ -55,6 +75,18 @@ class LatentCache:
 
     def append(self, latents, rope_keys):
         """Add (B, T_new, r) and (B, T_new, d_rope); returns everything cached, (B, T, r) and (B, T, d_rope)."""
+        for name, tensor in (("latents", latents), ("rope_keys", rope_keys)):
+            require_tensor(name, tensor)
+            require_floating(name, tensor)
+            if tensor.dim() != 3:
+                raise ValueError(f"{name} must have shape (B, T_new, features), got {tuple(tensor.shape)}")
+            require_finite(name, tensor, "every later query would read it")
+        if latents.shape[:2] != rope_keys.shape[:2] or latents.dtype != rope_keys.dtype:
+            raise ValueError(f"latents {tuple(latents.shape)} and rope_keys {tuple(rope_keys.shape)} must share B, T_new "
+                             "and dtype")
+        if self.latents is not None and (self.latents.shape[0], self.latents.shape[2], self.rope_keys.shape[2]) != (
+                latents.shape[0], latents.shape[2], rope_keys.shape[2]):
+            raise ValueError("these latents do not match the ones cached (batch or sizes differ); start a new LatentCache()")
         if self.latents is None:
             self.latents, self.rope_keys = latents, rope_keys
         else:
@@ -87,10 +119,15 @@ class LatentAttention(nn.Module):
         if scaling is not None and scaling > MAX_SCALING:
             raise ValueError(f"scaling={scaling!r} multiplies every score by more than {MAX_SCALING:g}, so that softmax sees "
                              "only inf; real models scale by about 1 / sqrt(nope_dim + rope_dim), below 1")
+        query_width = num_heads * (nope_dim + rope_dim)
+        check_parameters(
+            f"LatentAttention(embed_dim={embed_dim}, num_heads={num_heads})",
+            embed_dim * (query_width + latent_dim + rope_dim + num_heads * value_dim)
+            + latent_dim * num_heads * (nope_dim + value_dim),
+        )
         self.num_heads, self.latent_dim, self.nope_dim = num_heads, latent_dim, nope_dim
         self.rope_dim, self.value_dim, self.rope_base = rope_dim, value_dim, rope_base
         self.scaling = 1 / math.sqrt(nope_dim + rope_dim) if scaling is None else scaling
-        query_width = num_heads * (nope_dim + rope_dim)
         if query_latent_dim is None:
             self.query_proj = nn.Linear(embed_dim, query_width, bias=False)
         else:
@@ -115,12 +152,14 @@ class LatentAttention(nn.Module):
 
     def queries(self, x, positions):
         """x (B, T, E) -> position-free queries (B, H, T, nope_dim) and rotated ones (B, H, T, rope_dim)."""
+        self._check(x, False, None)
         q = self.query_proj(x).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (B, H, T, nope + rope)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
         return q_nope, apply_rotary(q_rope, positions, self.rope_base)
 
     def compress(self, x, positions):
         """x (B, T, E) -> latents c (B, T, r) and rotated shared keys (B, T, rope_dim): all a cache keeps."""
+        self._check(x, False, None)
         latents, rope_keys = self.down_proj(x).split([self.latent_dim, self.rope_dim], dim=-1)
         return self.latent_norm(latents), apply_rotary(rope_keys, positions, self.rope_base)
 

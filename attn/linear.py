@@ -23,7 +23,7 @@ parallel form inside each (``*_chunked``). Every public function checks its inpu
 import torch
 
 from attn.common.layer_checks import check_recurrence_inputs
-from attn.common.validate import has_only_finite, positive_int, require_finite, require_tensor
+from attn.common.validate import has_only_finite, positive_int, require_finite, require_floating, require_tensor
 
 CHUNK_SIZE = 64  # tokens per chunk in the public functions (Qwen3-Next's reference uses 64 too)
 DELTA_OVERSHOOT = (
@@ -34,6 +34,7 @@ DELTA_OVERSHOOT = (
 
 def check_memory_output(output, cause):
     """``output`` if it is finite; else a ValueError: finite inputs whose memory overflowed (``cause`` says how)."""
+    require_tensor("output", output)
     if not has_only_finite(output):
         raise ValueError(
             f"the inputs are finite but the memory overflowed {output.dtype} and the outputs hold inf or NaN: {cause}"
@@ -111,6 +112,14 @@ def decay_ratios(alpha):
     state. Entries above the diagonal (i > t) are 0. Built from sums of logs with the unused logs
     masked to 0 before the sum, so an alpha of exactly 0 gives a product of 0, never NaN.
     """
+    require_tensor("alpha", alpha)
+    require_floating("alpha", alpha)
+    if alpha.dim() == 0:
+        raise ValueError("alpha must have at least one axis, the chunk's tokens (..., C)")
+    require_finite("alpha", alpha, "the decays would carry it into every product")
+    if alpha.numel() and (alpha.min() < 0 or alpha.max() > 1):
+        raise ValueError(f"alpha must lie in [0, 1] (how much of the memory each token keeps), got values from "
+                         f"{alpha.min().item():.3g} to {alpha.max().item():.3g}")
     length = alpha.shape[-1]
     steps = torch.arange(length, device=alpha.device)
     since = torch.arange(-1, length, device=alpha.device)  # the column's start: -1 = before the chunk

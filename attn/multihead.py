@@ -14,6 +14,7 @@ from attn.common.layer_checks import (
     check_projected,
     check_rotary_base,
 )
+from attn.common.validate import positive_int, require_tensor
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
 from attn.positions import apply_rotary
 from attn.window import check_window_arguments, check_window_call, layer_keep_mask, sink_attention
@@ -24,12 +25,21 @@ SDPA_SHARES_HEADS = torch.__version__ >= (2, 5)
 
 def split_heads(x, num_heads):
     """(B, T, E) -> (B, H, T, E / H): each head sees its own slice of the features."""
+    require_tensor("x", x)
+    if x.dim() != 3:
+        raise ValueError(f"x must have shape (B, T, E), got {tuple(x.shape)}")
+    num_heads = positive_int("num_heads", num_heads)
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"the {x.shape[-1]} features of x cannot be split into {num_heads} equal heads")
     batch, length, embed_dim = x.shape
     return x.view(batch, length, num_heads, embed_dim // num_heads).transpose(1, 2)
 
 
 def merge_heads(x):
     """(B, H, T, d) -> (B, T, H * d): the inverse of ``split_heads``."""
+    require_tensor("x", x)
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape (B, H, T, d), got {tuple(x.shape)}")
     batch, num_heads, length, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
 

@@ -88,6 +88,9 @@ def sliding_window_mask(t_q, t_k, window, sink_tokens=0, device=None):
 def layer_keep_mask(keep_mask, t_q, t_k, window, sink_tokens, cache, device):
     """The keep-mask a windowed layer attends with: ``keep_mask`` (4-D or None) AND the window's
     mask (1, 1, T_q, T_k), from the ring cache's key positions when the keys came from one."""
+    if keep_mask is not None and (not isinstance(keep_mask, torch.Tensor) or keep_mask.dtype != torch.bool
+                                  or keep_mask.dim() != 4 or not _broadcasts(keep_mask.shape, (*keep_mask.shape[:2], t_q, t_k))):
+        raise ValueError(f"keep_mask must be None or a 4-D bool tensor broadcastable to (B, H, {t_q}, {t_k})")
     if isinstance(cache, RingKVCache):
         key_positions = cache.key_positions.to(device)  # (T_k,): where each returned key sits
         window_mask = window_keep_mask(key_positions[-t_q:], key_positions, window, sink_tokens)
@@ -182,6 +185,10 @@ def _broadcasts(shape, target):
 def rotary_pairing(head_dim):
     """The order (d,) that takes a query or key in the rotate_half layout (feature i pairs with i + d/2,
     as Hugging Face's Mistral, Gemma and gpt-oss code pairs them) to the course's layout (2i pairs with 2i + 1)."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral) or head_dim < 2 or head_dim % 2:
+        raise ValueError(f"head_dim must be an even whole number of 2 or more (rotary turns pairs), got {head_dim!r:.40}")
+    if head_dim > 2**20:
+        raise ValueError(f"head_dim={head_dim} is more features than any head has (at most 2**20)")
     half = head_dim // 2
     return torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).flatten()  # (d,)
 

@@ -61,6 +61,9 @@ EXEMPT = {
     "attn.common.plotting": "draws on a matplotlib Axes given by the lesson's own code",
     "attn.measure.gpu": "the GPU suite's machinery (cases, timings, report): reached through python -m attn.measure.bench, swept",
     "attn.triton_flash.flash_forward_kernel": "a Triton kernel: takes device pointers and strides, launched by flash_forward",
+    "attn.common.layer_checks": "the layers' own validators, called with the layer itself and its weights after the layer's "
+    "type checks; the layers that call them are swept with every hostile input",
+    "attn.common.convert": "copies weights between torch's modules and the course's for from_torch (swept)",
     "attn.course.exercises": "the self-checks' judges and answer helpers: reached through check(id, answer), swept below",
     "attn.course.solutions": "folds the solutions of the course's own notebooks: its command line is swept",
     "attn.course.reading_time": "counts the course's own notebooks for the instructors' guide: its command line is swept",

@@ -85,11 +85,21 @@ def file_problem(text, example="results.json"):
 
 def write_text(path, text):
     """Write ``text`` to the file ``path`` (following a link) through a temporary file in its folder, renamed into place."""
+    from attn.common.validate import require_text
+
+    require_text("text", text)
     write_through_temporary(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
 
 
 def write_through_temporary(path, write):
     """Call ``write(temporary)`` to fill a temporary file beside ``path``, then rename it to ``path``: all or nothing."""
+    if not callable(write):
+        raise TypeError(f"write must be a function that fills the temporary file, got {type(write).__name__}")
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a file's path, got {type(path).__name__}")
+    problem = file_problem(path)
+    if problem is not None:
+        raise ValueError(problem)
     target = _target(Path(path))
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     os.close(handle)
@@ -152,6 +162,8 @@ def output_folder(text, file_names, example="lessons/models"):
     ``file_names`` is taken by a folder; a ValueError (TypeError for a non-path) saying what is wrong otherwise."""
     if not isinstance(text, str | os.PathLike):
         raise TypeError(f"out must be a folder's path, such as {example!r}, got {type(text).__name__}")
+    if not isinstance(file_names, list | tuple) or not isinstance(example, str):
+        raise TypeError(f"file_names must be a list of file names and example a path, got {type(file_names).__name__}")
     if not all(isinstance(name, str) and name and "/" not in name for name in file_names):
         raise TypeError(f"file_names must be plain file names (text without a '/'), got {list(file_names)!r:.80}")
     problem = folder_problem(text, example=example)

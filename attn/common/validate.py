@@ -81,6 +81,8 @@ def has_only_finite(tensor):
 
     NaN anywhere makes the smallest and largest entries NaN; an infinity is one of them itself.
     """
+    require_tensor("tensor", tensor)
+    require_numbers("tensor", tensor)
     if tensor.numel() == 0 or not (tensor.is_floating_point() or tensor.is_complex()):
         return True
     if tensor.is_complex():
@@ -91,6 +93,8 @@ def has_only_finite(tensor):
 
 def require_like(name, tensor, reference):
     """``tensor`` must have the dtype and device of ``reference``, a weight of the layer it is given to."""
+    require_tensor(name, tensor)
+    require_tensor("reference", reference)
     if tensor.dtype != reference.dtype:
         raise TypeError(
             f"{name} is {tensor.dtype} but the layer's weights are {reference.dtype}; convert the layer with "

@@ -83,6 +83,9 @@ def title_of(path):
 
 def times_table(times):
     """A Markdown table of (notebook path, seconds) pairs."""
+    if not isinstance(times, list | tuple) or not all(
+            isinstance(row, list | tuple) and len(row) == 2 and isinstance(row[1], int | float) for row in times):
+        raise TypeError(f"times must be a list of (notebook path, seconds) pairs, got {type(times).__name__}")
     lines = ["| Notebook | Running time (s) |", "| --- | --- |"]
     lines += [f"| {title_of(path)} | {seconds:.0f} |" for path, seconds in times]
     return "\n".join(lines) + "\n"

@@ -28,7 +28,7 @@ from torch import nn
 
 from attn.common.arguments import whole_number_argument
 from attn.common.destinations import file_problem, write_text
-from attn.common.device import describe_device, pick_device
+from attn.common.device import check_device, describe_device, pick_device
 from attn.common.sizes import check_allocation
 from attn.common.validate import positive_int, type_name
 from attn.flops import attention_flops
@@ -58,6 +58,9 @@ MAX_CALLS = 200
 
 def calls_per_run(function, device):
     """1 on a CPU (its work is done when the call returns); elsewhere, enough calls to last RUN_SECONDS."""
+    if not callable(function):
+        raise TypeError(f"function must be a function to time, got {type_name(function)}")
+    device = check_device("device", device) or torch.device("cpu")
     if device.type == "cpu":
         return 1
     one_call = seconds_of_each_run(function, device, warmup=1, repeats=1)[0]

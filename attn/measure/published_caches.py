@@ -69,5 +69,7 @@ PUBLISHED = (
 
 def cache_table(lengths=(4096, 32768, 131072)):
     """Rows (name, length, global bytes, windowed bytes) for every published model and length."""
+    if not isinstance(lengths, list | tuple):
+        raise TypeError(f"lengths must be a list or tuple of whole numbers of positions, got {type(lengths).__name__}")
     return [(model.name, length, model.cache_bytes(length, windowed=False), model.cache_bytes(length))
             for model in PUBLISHED for length in lengths]

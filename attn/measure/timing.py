@@ -21,6 +21,9 @@ from attn.models.decoder import Decoder, check_room
 
 def synchronize(device):
     """Wait for the work queued on a GPU (CUDA or Apple's MPS) to finish; nothing to wait for on a CPU."""
+    from attn.common.device import check_device
+
+    device = check_device("device", device) or torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":

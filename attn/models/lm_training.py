@@ -16,9 +16,17 @@ import torch
 from torch.nn import functional
 
 from attn.common.arguments import steps_argument, threads_argument, whole_number_argument
-from attn.common.destinations import folder_argument, name_problem, write_text
+from attn.common.destinations import file_problem, folder_argument, name_problem, output_folder, write_text
 from attn.common.sizes import check_allocation
-from attn.common.validate import positive_int, require_computable, type_name
+from attn.common.validate import (
+    positive_int,
+    require_computable,
+    require_module,
+    require_token_ids,
+    seed_value,
+    type_name,
+    whole_count,
+)
 from attn.models.corpus import TITLES, austen
 from attn.models.lm import (
     CHECKPOINT_NAME,
@@ -36,18 +44,51 @@ from attn.models.tokenizer import train_tokenizer
 BIGRAM_PRIOR = 4.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution
 
 
+CONFIG_KEYS = ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "dropout", "seed", "steps",
+               "learning_rate", "warmup_steps", "weight_decay")
+
+
+def check_config(config):
+    """``config`` must be a training configuration: a dict with every setting of attn.lm.SIZES['full']."""
+    missing = [key for key in CONFIG_KEYS if not isinstance(config, dict) or key not in config]
+    if missing:
+        raise TypeError(f"config must be a training configuration (a dict such as attn.lm.SIZES['full']); "
+                        f"{type_name(config)} lacks {', '.join(missing)}")
+    return config
+
+
+def _check_state(state):
+    missing = [key for key in ("model", "optimizer", "generator", "step", "curve", "seconds")
+               if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise TypeError(f"state must be a training state from new_state() or resume_state(); it lacks {', '.join(missing)}")
+
+
 def split_novels(novels):
     """(training texts, held-out text): every novel but HELD_OUT, and HELD_OUT."""
+    if not isinstance(novels, dict) or HELD_OUT not in novels or not all(isinstance(t, str) for t in novels.values()):
+        raise TypeError(f"novels must be a dict of name -> text holding {HELD_OUT!r}, as attn.corpus.austen() gives")
     return [text for name, text in novels.items() if name != HELD_OUT], novels[HELD_OUT]
 
 
 def token_tensor(tokenizer, texts):
     """One int64 tensor (N,) of the texts' tokens, one text after another."""
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer must be an attn.models.tokenizer.Tokenizer, got {type_name(tokenizer)}")
+    if not isinstance(texts, list | tuple) or not all(isinstance(text, str) for text in texts):
+        raise TypeError(f"texts must be a list of str, got {type_name(texts)}")
     return torch.tensor([token for text in texts for token in tokenizer.encode(text)], dtype=torch.long)
 
 
 def random_batch(tokens, batch_size, length, generator):
     """Inputs and targets (B, length), windows starting at random places of ``tokens`` (N,)."""
+    require_token_ids("tokens", tokens, 1)
+    batch_size, length = positive_int("batch_size", batch_size), positive_int("length", length)
+    if length >= len(tokens):
+        raise ValueError(f"windows of {length} tokens need more than {length} tokens, got {len(tokens)}")
+    check_allocation(f"a batch of {batch_size} x {length + 1} tokens", 16 * batch_size * (length + 1))
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type_name(generator)}")
     starts = torch.randint(0, len(tokens) - length, (batch_size,), generator=generator)  # (B,)
     offsets = torch.arange(length + 1)  # (length + 1,)
     windows = tokens[starts[:, None] + offsets]  # (B, length + 1)
@@ -56,6 +97,11 @@ def random_batch(tokens, batch_size, length, generator):
 
 def held_out_windows(tokens, length, count=None):
     """Non-overlapping windows of ``tokens`` (N,): inputs and targets (W, length); the first ``count`` or all."""
+    require_token_ids("tokens", tokens, 1)
+    length = positive_int("length", length)
+    count = None if count is None else positive_int("count", count)
+    if len(tokens) <= length:
+        raise ValueError(f"a window of {length} tokens and its targets need more than {length} tokens, got {len(tokens)}")
     total = (len(tokens) - 1) // length
     count = total if count is None else min(count, total)
     inputs = tokens[:count * length].view(count, length)
@@ -66,6 +112,12 @@ def held_out_windows(tokens, length, count=None):
 @torch.no_grad()
 def mean_loss(model, inputs, targets, batch_size=32):
     """Mean next-token cross-entropy in nats over every target of ``inputs``, ``targets`` (W, T)."""
+    require_module("model", model)
+    require_token_ids("inputs", inputs, 2)
+    require_token_ids("targets", targets, 2)
+    if inputs.shape != targets.shape or targets.numel() == 0:
+        raise ValueError(f"inputs and targets must both be (W, T), not empty, got {tuple(inputs.shape)}, {tuple(targets.shape)}")
+    batch_size = positive_int("batch_size", batch_size)
     total = 0.0
     for start in range(0, len(inputs), batch_size):
         logits = model(inputs[start:start + batch_size])  # (b, T, V)
@@ -106,6 +158,8 @@ def baselines(train_tokens, held_out_tokens, vocab_size):
 
 def learning_rate_at(step, config):
     """Linear warm-up over warmup_steps, then a cosine fall to a tenth of the peak at the last step."""
+    check_config(config)
+    whole_count("step", step)
     peak, warmup, steps = config["learning_rate"], config["warmup_steps"], config["steps"]
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -115,6 +169,8 @@ def learning_rate_at(step, config):
 
 def make_optimizer(model, config):
     """AdamW, with weight decay on the weight matrices only (not on biases, norms)."""
+    require_module("model", model)
+    check_config(config)
     matrices = [p for p in model.parameters() if p.dim() >= 2]
     others = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": matrices, "weight_decay": config["weight_decay"]}, {"params": others, "weight_decay": 0.0}]
@@ -125,11 +181,19 @@ class Progress:
     """One line that updates itself: step, loss, tokens per second, time left (plain lines when not a terminal)."""
 
     def __init__(self, total, start_step, stream=None):
+        total, start_step = positive_int("total", total), whole_count("start_step", start_step)
+        if stream is not None and not (callable(getattr(stream, "write", None)) and callable(getattr(stream, "isatty", None))):
+            raise TypeError(f"stream must be a text stream (such as sys.stderr or io.StringIO()), got {type_name(stream)}")
         self.total, self.stream = total, stream or sys.stderr
         self.started, self.start_step = time.perf_counter(), start_step
         self.interactive = self.stream.isatty()
 
     def show(self, step, loss, tokens_per_step, held_out=None):
+        whole_count("step", step)
+        whole_count("tokens_per_step", tokens_per_step)
+        for name, value in (("loss", loss), ("held_out", held_out)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise TypeError(f"{name} must be a number, got {type_name(value)}")
         elapsed = time.perf_counter() - self.started
         done = step - self.start_step
         rate = done * tokens_per_step / elapsed if elapsed > 0 else 0.0
@@ -157,6 +221,7 @@ def _minutes(seconds):
 
 def prepare(config, corpus=None):
     """Tokenizer trained on the training novels, and the training and held-out tokens (N,), (M,)."""
+    check_config(config)
     novels = austen(corpus)
     training_texts, held_out_text = split_novels(novels)
     tokenizer = train_tokenizer(training_texts, config["vocab_size"])
@@ -165,6 +230,8 @@ def prepare(config, corpus=None):
 
 def new_state(config):
     """The seeded start: model, optimizer, batch generator, step 0, empty curve."""
+    check_config(config)
+    seed_value(config["seed"])
     torch.manual_seed(config["seed"])
     model = AustenLM(**model_arguments(config))
     generator = torch.Generator().manual_seed(config["seed"])
@@ -174,6 +241,12 @@ def new_state(config):
 
 
 def save_checkpoint(path, state, config):
+    """The training ``state`` and its ``config`` into the file ``path`` (read back by load_checkpoint)."""
+    _check_state(state)
+    check_config(config)
+    problem = file_problem(path) if isinstance(path, str | Path) else f"path must be a file's path, got {type_name(path)}"
+    if problem is not None:
+        raise ValueError(problem)
     torch.save({
         "config": config, "model": state["model"].state_dict(), "optimizer": state["optimizer"].state_dict(),
         "generator": state["generator"].get_state(), "rng": torch.get_rng_state(), "step": state["step"],
@@ -299,6 +372,10 @@ def export(out, corpus=None):
 
 def final_log(config, state, tokenizer, train_tokens, held_out_tokens):
     """The JSON log: settings, curve, held-out loss and perplexity beside the baselines, provenance."""
+    check_config(config)
+    _check_state(state)
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer must be an attn.models.tokenizer.Tokenizer, got {type_name(tokenizer)}")
     loss = mean_loss(state["model"], *held_out_windows(held_out_tokens, config["context_length"]))
     measured = {"held_out_loss": round(loss, 4), "held_out_perplexity": round(math.exp(loss), 2)}
     base = baselines(train_tokens, held_out_tokens, tokenizer.vocab_size)
@@ -335,6 +412,11 @@ def _tokenizers_version():
 
 def write_outputs(out, model, tokenizer, config, log):
     """Weights (16-bit), tokenizer and log into folder ``out``."""
+    out = output_folder(out, [WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME])
+    require_module("model", model)
+    check_config(config)
+    if not callable(getattr(tokenizer, "save", None)) or not isinstance(log, dict):
+        raise TypeError(f"tokenizer must be a Tokenizer and log a dict, got {type_name(tokenizer)}, {type_name(log)}")
     weights = {name: tensor.half() for name, tensor in model.state_dict().items() if name != "readout.weight"}
     torch.save({"config": config, "weights": weights}, out / WEIGHTS_NAME)
     tokenizer.save(out / TOKENIZER_NAME)

@@ -140,6 +140,9 @@ class Tokenizer:
     """
 
     def __init__(self, backend):
+        if not all(callable(getattr(backend, name, None)) for name in ("get_vocab_size", "encode", "decode", "to_str")):
+            raise TypeError(f"backend must be a tokenizers.Tokenizer (use Tokenizer.load(path) or train_tokenizer), "
+                            f"got {_type_name(backend)}")
         self.backend = backend
         self.vocab_size = backend.get_vocab_size()
         self._byte_of = {character: byte for byte, character in _byte_alphabet().items()}

@@ -69,6 +69,9 @@ def set_window(model, window, sink_tokens=0):
 
 def held_out_streams(tokens, length=STREAM_LENGTH, count=STREAMS):
     """``count`` non-overlapping stretches (count, length) of the token ids ``tokens`` (N,), evenly spread."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point():
+        raise TypeError(f"tokens must be a 1-D tensor of token ids, got {type_name(tokens)}")
+    length, count = positive_int("length", length), positive_int("count", count)
     if len(tokens) < count * length:
         raise ValueError(f"{count} stretches of {length} tokens need {count * length} tokens, the text has {len(tokens)}")
     step = len(tokens) // count
@@ -89,6 +92,11 @@ def stream_losses(model, streams):
 
 def binned(values, size=BIN):
     """Means of consecutive bins of ``size`` values (the last bin may be shorter), rounded to 4 decimals."""
+    if not isinstance(values, torch.Tensor) or values.dim() != 1 or not values.is_floating_point():
+        raise TypeError(f"values must be a 1-D floating-point tensor, got {type_name(values)}")
+    if values.device.type == "meta":
+        raise ValueError("values are on the meta device, which holds no numbers to average")
+    size = whole_number("size", size, minimum=1, maximum=2**31)
     return [round(chunk.mean().item(), 4) for chunk in values.split(size)]
 
 

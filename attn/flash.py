@@ -107,14 +107,6 @@ class Tiling:
 
     def mask(self, scores, rows, cols):
         """``scores`` (B, H, rows, cols), -inf for padding and future keys."""
-        for name, part, size in (("rows", rows, self.t_q), ("cols", cols, self.t_k)):
-            if not isinstance(part, slice) or not all(isinstance(i, int) for i in (part.start, part.stop)) or not (
-                    0 <= part.start < part.stop <= size) or part.step not in (None, 1):
-                raise TypeError(f"{name} must be a slice of positions within 0..{size}, as rows() and cols() give, "
-                                f"got {part!r:.60}")
-        if not isinstance(scores, torch.Tensor) or scores.dim() != 4 or not scores.is_floating_point() or (
-                scores.shape[-2:] != (rows.stop - rows.start, cols.stop - cols.start)) or scores.device.type == "meta":
-            raise ValueError(f"scores must be a float tensor (B, H, rows, cols) of this tile, got {type(scores).__name__}")
         keep = None if self.padding is None else self.padding[..., cols]
         offset = self.t_k - self.t_q
         crosses = cols.stop - 1 > offset + rows.start  # the diagonal

@@ -31,6 +31,11 @@ def split_heads(x, num_heads):
     num_heads = positive_int("num_heads", num_heads)
     if x.shape[-1] % num_heads:
         raise ValueError(f"the {x.shape[-1]} features of x cannot be split into {num_heads} equal heads")
+    return _split_heads(x, num_heads)
+
+
+def _split_heads(x, num_heads):
+    """``split_heads`` without its checks, for the layer, whose projections have these shapes by construction."""
     batch, length, embed_dim = x.shape
     return x.view(batch, length, num_heads, embed_dim // num_heads).transpose(1, 2)
 
@@ -40,6 +45,11 @@ def merge_heads(x):
     require_tensor("x", x)
     if x.dim() != 4:
         raise ValueError(f"x must have shape (B, H, T, d), got {tuple(x.shape)}")
+    return _merge_heads(x)
+
+
+def _merge_heads(x):
+    """``merge_heads`` without its checks, for the layer."""
     batch, num_heads, length, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
 
@@ -191,7 +201,6 @@ class MultiHeadAttention(nn.Module):
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
         if self.window is not None:  # lesson 14: the window's band, causal by itself
             keep_mask, is_causal = self._window(keep_mask, q, k, cache), False
-        check_projected(q, k, v, need_weights)
         dropout_p = self.dropout if self.training else 0.0
         attention_inputs = (q, k, v, keep_mask, dropout_p, is_causal)
         if self.sink_logits is not None:  # lesson 14: learned sinks, written out
@@ -204,7 +213,11 @@ class MultiHeadAttention(nn.Module):
         return (output, weights) if need_weights else output
 
     def _window(self, keep_mask, q, k, cache):
-        """The keep-mask AND the window's band (with its sink tokens), for q (B, H, T_q, d) and k (B, H_kv, T_k, d)."""
+        """The keep-mask AND the window's band (with its sink tokens), for q (B, H, T_q, d) and k (B, H_kv, T_k, d).
+
+        Also where the windowed layer checks its projections: finite, and scores that fit their dtype (a ring cache
+        holds at most window + sink_tokens keys, so this reads a bounded number of them)."""
+        check_projected(q, k)
         return layer_keep_mask(keep_mask, q.shape[2], k.shape[2], self.window, self.sink_tokens, cache, q.device)
 
     def _sink_attention(self, q, k, v, keep_mask, dropout_p, is_causal):

@@ -154,19 +154,16 @@ def check_attention_inputs(query, key, value, dropout_p, is_causal, fused=False)
     check_scores_fit(query, key, score_dtype(query, fused), "the dtype they are computed in")
 
 
-def check_projected(q, k, v, need_weights):
-    """A layer's projected q (B, H, T_q, d), k and v (B, H_kv, T_k, d), before it attends: finite (finite inputs
-    can overflow in a projection), scores that fit their dtype, and weights (B, H, T_q, T_k) that fit in memory."""
-    for name, tensor in (("queries", q), ("keys", k), ("values", v)):
+def check_projected(q, k):
+    """A windowed layer's projected q (B, H, T_q, d) and keys k (B, H_kv, T_k, d), before it attends: finite (finite
+    inputs can overflow in a projection) and scores that fit their dtype (the explicit path computes them in it)."""
+    for name, tensor in (("queries", q), ("keys", k)):
         if not has_only_finite(tensor):
             raise ValueError(
                 f"the layer's projected {name} overflowed {tensor.dtype}: the inputs are finite but too large for the "
                 "projection; scale them down (or use float64)"
             )
-    check_scores_fit(q, k, score_dtype(q, fused=not need_weights), "the dtype the layer computes them in")
-    if need_weights:
-        shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-        check_allocation(f"need_weights=True: the attention weights {shape}", math.prod(shape) * q.element_size(), q.device)
+    check_scores_fit(q, k, q.dtype, "the dtype the layer computes them in")
 
 
 MAX_MLP_BYTES = 2**36  # 64 GiB: a TransformerBlock whose MLP weights would need more is surely a typo

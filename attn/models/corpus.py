@@ -108,9 +108,7 @@ class _XDRReader:
             return None
         if kind == REFSXP:  # an object seen before, by its place in the reference table
             index = flags >> 8 or self.integer()
-            if not 1 <= index <= len(self.references):
-                raise ValueError(f"the R serialisation refers to object {index}, which it never defined: the file is damaged")
-            return self.references[index - 1]
+            return self.references[self._checked(index)]
         if kind == SYMSXP:
             name = self.item()
             self.references.append(name)
@@ -130,13 +128,25 @@ class _XDRReader:
             raise ValueError(f"R object type {kind} is not one this reader knows (the file holds something unexpected)")
         values = readers[kind](self.length())
         if flags & HAS_ATTRIBUTES:
-            attributes = self.item()  # a pairlist, read as a dict
-            names = attributes.get("names") if isinstance(attributes, dict) else None
+            names = self._names(self.item(), values)  # attributes: a pairlist
             if names is not None and kind == VECSXP:
-                if not isinstance(names, list) or len(names) != len(values) or not all(isinstance(n, str) for n in names):
-                    raise ValueError("an R list's names do not match its items: the file is damaged")
                 return dict(zip(names, values, strict=True))
         return values
+
+    def _checked(self, index):
+        """The place in the reference table of object ``index`` (1-based), which must have been defined."""
+        if not 1 <= index <= len(self.references):
+            raise ValueError(f"the R serialisation refers to object {index}, which it never defined: the file is damaged")
+        return index - 1
+
+    @staticmethod
+    def _names(attributes, values):
+        """The "names" attribute (a list of str, one per item of ``values``), or None when there is none."""
+        names = attributes.get("names") if isinstance(attributes, dict) else None
+        if names is not None and (not isinstance(names, list) or len(names) != len(values)
+                                  or not all(isinstance(name, str) for name in names)):
+            raise ValueError("an R list's names do not match its items: the file is damaged")
+        return names
 
     def _pairlist(self, flags):
         """A pairlist (R's linked list, here attributes) as a dict: tag -> value."""
@@ -183,10 +193,9 @@ def inflate(data, wbits, what, announced=None):
         raise TypeError(f"data must be bytes (a compressed stream), got {type(data).__name__}")
     if wbits not in (15, 31) or isinstance(wbits, bool):
         raise ValueError(f"wbits must be 15 (zlib) or 31 (gzip), got {wbits!r:.40}")
-    if not isinstance(what, str):
-        raise TypeError(f"what must be text naming the stream, got {type(what).__name__}")
-    if announced is not None and (isinstance(announced, bool) or not isinstance(announced, int) or announced < 0):
-        raise ValueError(f"announced must be None or a whole number of bytes, 0 or more, got {announced!r:.40}")
+    if not isinstance(what, str) or announced is not None and (type(announced) is not int or announced < 0):
+        raise ValueError(f"what must name the stream (text) and announced be None or a whole number of bytes, 0 or "
+                         f"more, got {type(what).__name__}, {announced!r:.40}")
     limit = LARGEST_UNPACKED if announced is None else announced
     if limit > LARGEST_UNPACKED:
         raise ValueError(f"{what} announces {limit:,} bytes unpacked, far more than the package holds: the file is damaged")

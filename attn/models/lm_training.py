@@ -16,11 +16,10 @@ import torch
 from torch.nn import functional
 
 from attn.common.arguments import steps_argument, threads_argument, whole_number_argument
-from attn.common.destinations import file_problem, folder_argument, name_problem, output_folder, write_text
+from attn.common.destinations import file_problem, folder_argument, output_folder, write_text
 from attn.common.sizes import check_allocation
 from attn.common.validate import (
     positive_int,
-    require_computable,
     require_module,
     require_token_ids,
     seed_value,
@@ -39,29 +38,17 @@ from attn.models.lm import (
     AustenLM,
     model_arguments,
 )
+from attn.models.lm_checks import (
+    _check_state,
+    _corpus_folder_argument,
+    _corpus_or_error,
+    check_config,
+    check_counting,
+    load_checkpoint,
+)
 from attn.models.tokenizer import train_tokenizer
 
 BIGRAM_PRIOR = 4.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution
-
-
-CONFIG_KEYS = ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "dropout", "seed", "steps",
-               "learning_rate", "warmup_steps", "weight_decay")
-
-
-def check_config(config):
-    """``config`` must be a training configuration: a dict with every setting of attn.lm.SIZES['full']."""
-    missing = [key for key in CONFIG_KEYS if not isinstance(config, dict) or key not in config]
-    if missing:
-        raise TypeError(f"config must be a training configuration (a dict such as attn.lm.SIZES['full']); "
-                        f"{type_name(config)} lacks {', '.join(missing)}")
-    return config
-
-
-def _check_state(state):
-    missing = [key for key in ("model", "optimizer", "generator", "step", "curve", "seconds")
-               if not isinstance(state, dict) or key not in state]
-    if missing:
-        raise TypeError(f"state must be a training state from new_state() or resume_state(); it lacks {', '.join(missing)}")
 
 
 def split_novels(novels):
@@ -132,17 +119,7 @@ def baselines(train_tokens, held_out_tokens, vocab_size):
     Unigram: token frequencies with one pseudo-count each (so no token has probability 0).
     Bigram: P(b | a) = (count(a, b) + BIGRAM_PRIOR * P_unigram(b)) / (count(a) + BIGRAM_PRIOR).
     """
-    vocab_size = positive_int("vocab_size", vocab_size)
-    check_allocation(f"the bigram counts for vocab_size={vocab_size}", 8 * vocab_size * vocab_size)
-    for name, tokens, least in (("train_tokens", train_tokens, 2), ("held_out_tokens", held_out_tokens, 2)):
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
-            raise TypeError(f"{name} must be a 1-D tensor of token ids, got {type_name(tokens)}")
-        require_computable(name, tokens)
-        if len(tokens) < least:
-            raise ValueError(f"{name} holds {len(tokens)} tokens; a bigram needs at least {least}")
-        if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
-            raise ValueError(f"{name} holds token ids from {int(tokens.min())} to {int(tokens.max())}, outside the "
-                             f"vocabulary 0..{vocab_size - 1}")
+    check_counting(train_tokens, held_out_tokens, vocab_size)
     counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
     unigram = counts / counts.sum()  # (V,)
     pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
@@ -253,36 +230,6 @@ def save_checkpoint(path, state, config):
         "curve": state["curve"], "seconds": state["seconds"],
         "command": _command(), "threads": torch.get_num_threads(),
     }, path)
-
-
-CHECKPOINT_KEYS = ("config", "model", "optimizer", "generator", "rng", "step", "curve", "seconds")
-
-
-def load_checkpoint(path):
-    """The checkpoint at ``path``, read with ``weights_only=True`` (tensors, numbers, text, lists and dicts: never code).
-
-    A file that needs more than that to load (a pickle that would run code: crafted, or not this course's) or that
-    lacks a checkpoint's entries is refused with a sentence, and nothing in it is run.
-    """
-    if not isinstance(path, str | Path):
-        raise TypeError(f"path must be a str or pathlib.Path, got {type_name(path)}")
-    problem = name_problem(path)
-    if problem is not None:
-        raise ValueError(problem)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path} is not a checkpoint file (it does not exist, or is a folder or a pipe)")
-    try:
-        saved = torch.load(path, weights_only=True)
-    except Exception as error:  # noqa: BLE001 - torch.load fails in many ways on a file that is not its own
-        reason = " ".join(str(error).split())[:160]
-        raise ValueError(
-            f"{path} is not a checkpoint this course wrote, or it holds more than tensors and numbers "
-            f"({type(error).__name__}: {reason}); it was not loaded (loading it could run code): remove it, or give another --out"
-        ) from None
-    missing = [key for key in CHECKPOINT_KEYS if not isinstance(saved, dict) or key not in saved]
-    if missing:
-        raise ValueError(f"{path} is not a checkpoint of python -m attn.lm train (it lacks {', '.join(missing)}); remove it")
-    return saved
 
 
 def resume_state(path, config):
@@ -424,21 +371,6 @@ def write_outputs(out, model, tokenizer, config, log):
 
 
 
-
-def _corpus_folder(text):
-    problem = name_problem(text)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
-def _corpus_or_error(parser, folder):
-    try:
-        austen(folder)
-    except FileNotFoundError as error:
-        parser.error(str(error))
-
-
 CORPUS_HELP = "folder of the novels (default: where python -m attn.corpus writes)"
 SEED_ARGUMENT = whole_number_argument("--seed", 0, 2**64 - 1, "what PyTorch's generator takes")
 OUTPUT_FOLDER = folder_argument(WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME, CHECKPOINT_NAME)  # --out, checked first
@@ -452,11 +384,11 @@ def main(argv=None):
     trainer.add_argument("--size", choices=sorted(SIZES), default="full", help="full (the shipped model) or tiny (seconds)")
     trainer.add_argument("--steps", type=steps_argument(), default=None, help="training steps (default: the size's)")
     trainer.add_argument("--seed", type=SEED_ARGUMENT, default=None, help="seed (default 0)")
-    trainer.add_argument("--corpus", type=_corpus_folder, default=None, help=CORPUS_HELP)
+    trainer.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
     trainer.add_argument("--threads", type=threads_argument(), default=1, help="math threads (default 1: same sums everywhere)")
     exporter = commands.add_parser("export", help="ship the last checkpoint of a training that could not finish")
     exporter.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_checkpoint.pt")
-    exporter.add_argument("--corpus", type=_corpus_folder, default=None, help=CORPUS_HELP)
+    exporter.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
     args = parser.parse_args(argv)
     if args.command == "export":
         _corpus_or_error(parser, args.corpus)

@@ -74,12 +74,15 @@ class RecallModel(nn.Module):
     out its value, which the readout turns into scores over the value vocabulary.
     """
 
-    def __init__(self, n_keys=16, n_values=16, embed_dim=32, num_heads=1):
-        super().__init__()
-        n_keys, n_values = _count(n_keys, "n_keys"), _count(n_values, "n_values")
-        embed_dim = _count(embed_dim, "embed_dim")
+    def __new__(cls, n_keys=16, n_values=16, embed_dim=32, num_heads=1):
+        # The sizes are checked here, before __init__ (whose source lesson 7 prints) builds anything.
+        n_keys, n_values, embed_dim = _count(n_keys, "n_keys"), _count(n_values, "n_values"), _count(embed_dim, "embed_dim")
         check_parameters(f"RecallModel(n_keys={n_keys}, n_values={n_values}, embed_dim={embed_dim})",
                          (n_keys + 2 * n_values + 4 * embed_dim) * embed_dim)
+        return super().__new__(cls)
+
+    def __init__(self, n_keys=16, n_values=16, embed_dim=32, num_heads=1):
+        super().__init__()
         self.key_embedding = nn.Embedding(n_keys, embed_dim)
         self.value_embedding = nn.Embedding(n_values, embed_dim)
         self.attention = MultiHeadAttention(embed_dim, num_heads)

@@ -181,13 +181,16 @@ LARGEST_LIST = 100_000  # entries in a (nested) Python list: each is looked at i
 
 def _more_entries_than(answer, limit):
     """True if the nested lists and tuples of ``answer`` hold more than ``limit`` entries (counted up to limit + 1)."""
-    count, stack = 0, [answer]
+    count, stack, seen = 0, [(answer, 0)], set()
     while stack:
-        items = stack.pop()
+        items, depth = stack.pop()
+        if id(items) in seen or depth > 32:  # a list inside itself, or nested past any answer: named elsewhere
+            continue
+        seen.add(id(items))
         count += len(items)
         if count > limit:
             return True
-        stack.extend(item for item in items if isinstance(item, list | tuple))
+        stack.extend((item, depth + 1) for item in items if isinstance(item, list | tuple))
     return False
 
 

@@ -336,3 +336,26 @@ def test_head_measures_refuse_weights_too_short_to_measure(weights):
 def test_baselines_refuse_what_they_cannot_count(train, held_out, vocab_size, error, message):
     with pytest.raises(error, match=message):
         lm_training.baselines(train, held_out, vocab_size)
+
+
+def test_encode_names_a_lone_surrogate():
+    trained = tokenizer.train_tokenizer(["a small text to train on", "and another one"], 260)
+    with pytest.raises(ValueError, match="text holds a lone surrogate"):
+        trained.encode("half \ud800 a character")
+    assert trained.decode(trained.encode("a small text")) == "a small text"
+
+
+@pytest.mark.parametrize("lengths, error", [((), TypeError), ((0,), ValueError), ((2.5,), TypeError), ((-4,), ValueError)])
+def test_window_decode_times_checks_its_lengths_first(lengths, error):
+    from attn.measure.timing import window_decode_times
+
+    with pytest.raises(error, match="length"):
+        window_decode_times(lengths)
+
+
+@pytest.mark.parametrize("name", ["dangling", "loop-a", "x" * 300])
+def test_induction_runs_refuses_a_bad_out_before_training(capsys, places, name, monkeypatch):
+    from attn.models import induction_runs
+
+    monkeypatch.setattr(induction_runs, "run_all", lambda *arguments, **options: pytest.fail("trained first"))
+    assert "argument --out: " in refusal(capsys, induction_runs.main, ["--out", str(places / name)])

@@ -114,7 +114,8 @@ def _whole_number(value, name):
 def causal_mask(length):
     """Boolean (T, T) keep-mask: position i may attend to positions 0..i. ``length`` is an int >= 0."""
     length = _whole_number(length, "length")
-    check_allocation(f"causal_mask({length}), a T x T array of bools,", length * length)
+    check_allocation(f"causal_mask(length={length}), a T x T array of bools,", length * length,
+                     advice="use a smaller length")
     return np.tril(np.ones((length, length), dtype=bool))
 
 

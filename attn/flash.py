@@ -126,6 +126,8 @@ def _slices(start, stop, step):
 
 def compute_dtype(dtype):
     """Tiles are computed in float32 at least (as GPU kernels do for 16-bit inputs); float64 stays."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, such as torch.float16, got {dtype!r:.40}")
     return torch.promote_types(dtype, torch.float32)
 
 
@@ -163,6 +165,8 @@ def _tiling(query, key, value, is_causal, key_padding_mask, block_q, block_k):
 
 def check_tile_steps(tiling):
     """ValueError if the Python loops over ``tiling`` would take more than MAX_TILE_STEPS steps."""
+    if not isinstance(tiling, Tiling):
+        raise TypeError(f"tiling must be an attn.flash.Tiling, got {type(tiling).__name__}")
     steps = tiling.tile_steps()
     if steps > MAX_TILE_STEPS:
         raise ValueError(

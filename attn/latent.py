@@ -19,9 +19,21 @@ import numbers
 import torch
 from torch import nn
 
-from attn.common.validate import positive_int, positive_number, require_finite, require_tensor, type_name
+from attn.common.layer_checks import check_parameters
+from attn.common.validate import (
+    has_only_finite,
+    positive_int,
+    positive_number,
+    require_finite,
+    require_floating,
+    require_like,
+    require_tensor,
+    type_name,
+)
 from attn.norms import RMSNorm  # lesson 15 built it here; it lives in attn.norms now, attn.latent.RMSNorm still works
 from attn.positions import apply_rotary
+
+MAX_SCALING = 1e3  # scores times more than this leave softmax only inf
 
 
 class LatentCache:
@@ -41,6 +53,18 @@ class LatentCache:
 
     def append(self, latents, rope_keys):
         """Add (B, T_new, r) and (B, T_new, d_rope); returns everything cached, (B, T, r) and (B, T, d_rope)."""
+        for name, tensor in (("latents", latents), ("rope_keys", rope_keys)):
+            require_tensor(name, tensor)
+            require_floating(name, tensor)
+            if tensor.dim() != 3:
+                raise ValueError(f"{name} must have shape (B, T_new, features), got {tuple(tensor.shape)}")
+            require_finite(name, tensor, "every later query would read it")
+        if latents.shape[:2] != rope_keys.shape[:2] or latents.dtype != rope_keys.dtype:
+            raise ValueError(f"latents {tuple(latents.shape)} and rope_keys {tuple(rope_keys.shape)} must share B, T_new "
+                             "and dtype")
+        if self.latents is not None and (self.latents.shape[0], self.latents.shape[2], self.rope_keys.shape[2]) != (
+                latents.shape[0], latents.shape[2], rope_keys.shape[2]):
+            raise ValueError("these latents do not match the ones cached (batch or sizes differ); start a new LatentCache()")
         if self.latents is None:
             self.latents, self.rope_keys = latents, rope_keys
         else:
@@ -70,10 +94,18 @@ class LatentAttention(nn.Module):
             raise TypeError(f"bias must be True or False, got {type_name(bias)} {bias!r}")
         rope_base, eps = positive_number("rope_base", rope_base), positive_number("eps", eps)
         scaling = None if scaling is None else positive_number("scaling", scaling)
+        if scaling is not None and scaling > MAX_SCALING:
+            raise ValueError(f"scaling={scaling!r} multiplies every score by more than {MAX_SCALING:g}, so that softmax sees "
+                             "only inf; real models scale by about 1 / sqrt(nope_dim + rope_dim), below 1")
+        query_width = num_heads * (nope_dim + rope_dim)
+        check_parameters(
+            f"LatentAttention(embed_dim={embed_dim}, num_heads={num_heads})",
+            embed_dim * (query_width + latent_dim + rope_dim + num_heads * value_dim)
+            + latent_dim * num_heads * (nope_dim + value_dim),
+        )
         self.num_heads, self.latent_dim, self.nope_dim = num_heads, latent_dim, nope_dim
         self.rope_dim, self.value_dim, self.rope_base = rope_dim, value_dim, rope_base
         self.scaling = 1 / math.sqrt(nope_dim + rope_dim) if scaling is None else scaling
-        query_width = num_heads * (nope_dim + rope_dim)
         if query_latent_dim is None:
             self.query_proj = nn.Linear(embed_dim, query_width, bias=False)
         else:
@@ -98,12 +130,14 @@ class LatentAttention(nn.Module):
 
     def queries(self, x, positions):
         """x (B, T, E) -> position-free queries (B, H, T, nope_dim) and rotated ones (B, H, T, rope_dim)."""
+        self._check(x, False, None)
         q = self.query_proj(x).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (B, H, T, nope + rope)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
         return q_nope, apply_rotary(q_rope, positions, self.rope_base)
 
     def compress(self, x, positions):
         """x (B, T, E) -> latents c (B, T, r) and rotated shared keys (B, T, rope_dim): all a cache keeps."""
+        self._check(x, False, None)
         latents, rope_keys = self.down_proj(x).split([self.latent_dim, self.rope_dim], dim=-1)
         return self.latent_norm(latents), apply_rotary(rope_keys, positions, self.rope_base)
 
@@ -119,7 +153,13 @@ class LatentAttention(nn.Module):
         keep = torch.ones(x.shape[1], latents.shape[1], dtype=torch.bool, device=x.device).tril(start)
         attend = self._absorbed if absorbed else self._plain
         context = attend(q_nope, q_rope, latents, rope_keys, keep)  # (B, H, T, value_dim)
-        return self.out_proj(context.transpose(1, 2).flatten(2))
+        output = self.out_proj(context.transpose(1, 2).flatten(2))
+        if not has_only_finite(output):  # finite inputs, but a projection, a norm or a score overflowed
+            raise ValueError(
+                f"x is finite, but the layer overflowed {x.dtype} on it (its projections, the latents' RMSNorm or the "
+                f"scores reached inf) and the output holds inf or NaN; scale x down, or use float64"
+            )
+        return output
 
     def _plain(self, q_nope, q_rope, latents, rope_keys, keep):
         """Rebuild every head's keys (B, H, T_k, nope + rope) and values (B, H, T_k, value_dim), then attend."""
@@ -159,6 +199,14 @@ class LatentAttention(nn.Module):
         if cache is not None:
             if not isinstance(cache, LatentCache):
                 raise TypeError(f"cache must be an attn.latent.LatentCache or None, got {type_name(cache)}")
+            if len(cache) and (cache.latents.shape[-1], cache.rope_keys.shape[-1]) != (self.latent_dim, self.rope_dim):
+                raise ValueError(
+                    f"the cache holds latents of {cache.latents.shape[-1]} and rotary keys of {cache.rope_keys.shape[-1]} "
+                    f"numbers, written by another layer; this one has latent_dim={self.latent_dim}, rope_dim={self.rope_dim}: "
+                    "give each layer its own LatentCache()"
+                )
+            if len(cache) and cache.latents.device != x.device:
+                raise ValueError(f"the cache is on {cache.latents.device} but x is on {x.device}; start a new LatentCache()")
             if len(cache) and (cache.latents.shape[0] != x.shape[0] or cache.latents.dtype != x.dtype):
                 raise ValueError(
                     f"the cache holds a batch of {cache.latents.shape[0]} in {cache.latents.dtype}, but x is a batch of "

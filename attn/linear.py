@@ -16,22 +16,36 @@ choice (Qwen3-Next, for one, normalises q and k to unit length and scales q by 1
 
 Every recurrence comes three ways, proven equal by the tests: a loop over tokens (``*_loop``), a
 parallel form over the whole sequence, and a chunked form that loops over chunks and runs the
-parallel form inside each (``*_chunked``). The public functions check their input, then run the
-chunked form; the three forms themselves check nothing (the tests and the lesson call them directly).
+parallel form inside each (``*_chunked``). Every public function checks its input first; the forms' bodies
+(``_linear_attention_loop`` and the rest) check nothing, so that the chunked form checks once, not per chunk.
 """
 
 import torch
 
 from attn.common.layer_checks import check_recurrence_inputs
-from attn.common.validate import positive_int
+from attn.common.validate import has_only_finite, positive_int, require_finite, require_floating, require_tensor
 
 CHUNK_SIZE = 64  # tokens per chunk in the public functions (Qwen3-Next's reference uses 64 too)
+DELTA_OVERSHOOT = (
+    "each write moves the memory by beta |k|^2 times the error, so where beta |k|^2 > 2 the error grows at every "
+    "write instead of shrinking; give keys of unit length (k / k.norm(dim=-1, keepdim=True)), or a smaller beta"
+)
+
+
+def check_memory_output(output, cause):
+    """``output`` if it is finite; else a ValueError: finite inputs whose memory overflowed (``cause`` says how)."""
+    require_tensor("output", output)
+    if not has_only_finite(output):
+        raise ValueError(
+            f"the inputs are finite but the memory overflowed {output.dtype} and the outputs hold inf or NaN: {cause}"
+        )
+    return output
 
 
 # Linear attention ----------------------------------------------------------------------------------------
 
 
-def linear_attention_loop(q, k, v):
+def _linear_attention_loop(q, k, v):
     """S_t = S_{t-1} + k_t v_t^T, o_t = S_t^T q_t, one token at a time. (B, H, T, d_k/d_v) -> (B, H, T, d_v)."""
     state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])  # (B, H, d_k, d_v)
     outputs = []
@@ -41,21 +55,21 @@ def linear_attention_loop(q, k, v):
     return torch.stack(outputs, dim=2)
 
 
-def linear_attention_parallel(q, k, v):
+def _linear_attention_parallel(q, k, v):
     """The same outputs at once: (q k^T, masked causally, no softmax) v. (B, H, T, d) -> (B, H, T, d_v)."""
     scores = q @ k.transpose(-1, -2)  # (B, H, T, T)
     keep = torch.ones(q.shape[2], q.shape[2], dtype=torch.bool, device=q.device).tril()
     return scores.masked_fill(~keep, 0) @ v
 
 
-def linear_attention_chunked(q, k, v, chunk_size=CHUNK_SIZE):
+def _linear_attention_chunked(q, k, v, chunk_size=CHUNK_SIZE):
     """Chunks of ``chunk_size`` tokens: the state carried between chunks, the parallel form inside one."""
     state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])  # (B, H, d_k, d_v)
     outputs = []
     for start in range(0, q.shape[2], chunk_size):
         part = slice(start, start + chunk_size)
         q_c, k_c, v_c = q[:, :, part], k[:, :, part], v[:, :, part]  # (B, H, C, d)
-        outputs.append(q_c @ state + linear_attention_parallel(q_c, k_c, v_c))  # earlier chunks + this one
+        outputs.append(q_c @ state + _linear_attention_parallel(q_c, k_c, v_c))  # earlier chunks + this one
         state = state + k_c.transpose(-1, -2) @ v_c  # (B, H, d_k, d_v): this chunk's outer products
     return torch.cat(outputs, dim=2)
 
@@ -66,13 +80,14 @@ def linear_attention(q, k, v, chunk_size=CHUNK_SIZE):
     q, k (B, H, T, d_k), v (B, H, T, d_v) -> (B, H, T, d_v). Computed in chunks of ``chunk_size`` tokens.
     """
     check_recurrence_inputs(q, k, v)
-    return linear_attention_chunked(q, k, v, positive_int("chunk_size", chunk_size))
+    output = _linear_attention_chunked(q, k, v, positive_int("chunk_size", chunk_size))
+    return check_memory_output(output, "the sum of k v^T grows with every token; scale q, k and v down (or use float64)")
 
 
 # The (gated) delta rule ----------------------------------------------------------------------------------
 
 
-def gated_delta_rule_loop(q, k, v, alpha, beta, initial_state=None):
+def _gated_delta_rule_loop(q, k, v, alpha, beta, initial_state=None):
     """S_t = alpha_t S_{t-1} + beta_t k_t (v_t - alpha_t S_{t-1}^T k_t)^T, o_t = S_t^T q_t, token by token.
 
     alpha, beta (B, H, T); returns the outputs (B, H, T, d_v) and the last state (B, H, d_k, d_v).
@@ -97,6 +112,14 @@ def decay_ratios(alpha):
     state. Entries above the diagonal (i > t) are 0. Built from sums of logs with the unused logs
     masked to 0 before the sum, so an alpha of exactly 0 gives a product of 0, never NaN.
     """
+    require_tensor("alpha", alpha)
+    require_floating("alpha", alpha)
+    if alpha.dim() == 0:
+        raise ValueError("alpha must have at least one axis, the chunk's tokens (..., C)")
+    require_finite("alpha", alpha, "the decays would carry it into every product")
+    if alpha.numel() and (alpha.min() < 0 or alpha.max() > 1):
+        raise ValueError(f"alpha must lie in [0, 1] (how much of the memory each token keeps), got values from "
+                         f"{alpha.min().item():.3g} to {alpha.max().item():.3g}")
     length = alpha.shape[-1]
     steps = torch.arange(length, device=alpha.device)
     since = torch.arange(-1, length, device=alpha.device)  # the column's start: -1 = before the chunk
@@ -107,7 +130,7 @@ def decay_ratios(alpha):
     return sums.exp().masked_fill(future, 0)
 
 
-def gated_delta_rule_parallel(q, k, v, alpha, beta, initial_state=None):
+def _gated_delta_rule_parallel(q, k, v, alpha, beta, initial_state=None):
     """The whole sequence as one chunk; returns (outputs (B, H, T, d_v), last state (B, H, d_k, d_v)).
 
     Writing S_t = g_t S_0 + sum_{i <= t} (g_t / g_i) k_i u_i^T, with g_t the product of the decays up to
@@ -123,14 +146,18 @@ def gated_delta_rule_parallel(q, k, v, alpha, beta, initial_state=None):
     overlap = (k @ k.transpose(-1, -2)) * between * strictly_lower  # A (B, H, T, T)
     system = torch.eye(length, dtype=q.dtype, device=q.device) + beta[..., None] * overlap
     targets = beta[..., None] * (v - from_start[..., None] * (k @ state))  # (B, H, T, d_v)
-    written = torch.linalg.solve_triangular(system, targets, upper=False, unitriangular=True)  # U
+    # PyTorch solves triangular systems in float32 and float64 only: float16 and bfloat16 are solved in float32.
+    solve_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    written = torch.linalg.solve_triangular(
+        system.to(solve_dtype), targets.to(solve_dtype), upper=False, unitriangular=True
+    ).to(q.dtype)  # U
     outputs = from_start[..., None] * (q @ state) + ((q @ k.transpose(-1, -2)) * between) @ written
     to_end = between[..., -1, :]  # (B, H, T): g_T / g_i, the decay from each write to the chunk's end
     last = from_start[..., -1, None, None] * state + k.transpose(-1, -2) @ (to_end[..., None] * written)
     return outputs, last
 
 
-def gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
+def _gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
     """Chunks of ``chunk_size`` tokens, the parallel form inside each, the state carried between them.
 
     Returns (outputs (B, H, T, d_v), last state (B, H, d_k, d_v)). The last chunk may be shorter.
@@ -139,7 +166,7 @@ def gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
     outputs = []
     for start in range(0, q.shape[2], chunk_size):
         part = slice(start, start + chunk_size)
-        output, state = gated_delta_rule_parallel(
+        output, state = _gated_delta_rule_parallel(
             q[:, :, part], k[:, :, part], v[:, :, part], alpha[:, :, part], beta[:, :, part], state
         )
         outputs.append(output)
@@ -154,7 +181,8 @@ def delta_rule(q, k, v, beta, chunk_size=CHUNK_SIZE):
     """
     check_recurrence_inputs(q, k, v, beta=beta)
     alpha = torch.ones_like(beta)
-    return gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
+    output = _gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
+    return check_memory_output(output, DELTA_OVERSHOOT)
 
 
 def gated_delta_rule(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
@@ -164,4 +192,60 @@ def gated_delta_rule(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
     decays the whole memory before each write.
     """
     check_recurrence_inputs(q, k, v, beta=beta, alpha=alpha)
-    return gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
+    output = _gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))[0]
+    return check_memory_output(output, DELTA_OVERSHOOT)
+
+
+# The three forms, each checking its input before its body runs -------------------------------------------
+
+
+def _check_state(initial_state, q, v):
+    """None, or the state (B, H, d_k, d_v) a recurrence starts from: the queries' dtype and device, finite."""
+    if initial_state is None:
+        return
+    require_tensor("initial_state", initial_state)
+    expected = (*q.shape[:2], q.shape[-1], v.shape[-1])
+    if tuple(initial_state.shape) != expected:
+        raise ValueError(f"initial_state must have shape (B, H, d_k, d_v) = {expected}, got {tuple(initial_state.shape)}")
+    if initial_state.dtype != q.dtype or initial_state.device != q.device:
+        raise TypeError(f"initial_state is {initial_state.dtype} on {initial_state.device} but q is {q.dtype} on "
+                        f"{q.device}; convert it with initial_state.to(q)")
+    require_finite("initial_state", initial_state, "every output would read it")
+
+
+def linear_attention_loop(q, k, v):
+    """S_t = S_{t-1} + k_t v_t^T, o_t = S_t^T q_t, one token at a time. (B, H, T, d_k/d_v) -> (B, H, T, d_v)."""
+    check_recurrence_inputs(q, k, v)
+    return _linear_attention_loop(q, k, v)
+
+
+def linear_attention_parallel(q, k, v):
+    """The same outputs at once: (q k^T, masked causally, no softmax) v. (B, H, T, d) -> (B, H, T, d_v)."""
+    check_recurrence_inputs(q, k, v)
+    return _linear_attention_parallel(q, k, v)
+
+
+def linear_attention_chunked(q, k, v, chunk_size=CHUNK_SIZE):
+    """Chunks of ``chunk_size`` tokens: the state carried between chunks, the parallel form inside one."""
+    check_recurrence_inputs(q, k, v)
+    return _linear_attention_chunked(q, k, v, positive_int("chunk_size", chunk_size))
+
+
+def gated_delta_rule_loop(q, k, v, alpha, beta, initial_state=None):
+    """The gated delta rule token by token; returns (outputs (B, H, T, d_v), last state (B, H, d_k, d_v))."""
+    check_recurrence_inputs(q, k, v, beta=beta, alpha=alpha)
+    _check_state(initial_state, q, v)
+    return _gated_delta_rule_loop(q, k, v, alpha, beta, initial_state)
+
+
+def gated_delta_rule_parallel(q, k, v, alpha, beta, initial_state=None):
+    """The whole sequence as one chunk (a triangular solve); returns (outputs, last state), as the loop does."""
+    check_recurrence_inputs(q, k, v, beta=beta, alpha=alpha)
+    _check_state(initial_state, q, v)
+    return _gated_delta_rule_parallel(q, k, v, alpha, beta, initial_state)
+
+
+def gated_delta_rule_chunked(q, k, v, alpha, beta, chunk_size=CHUNK_SIZE):
+    """Chunks of ``chunk_size`` tokens, the parallel form inside each; returns (outputs, last state)."""
+    check_recurrence_inputs(q, k, v, beta=beta, alpha=alpha)
+    return _gated_delta_rule_chunked(q, k, v, alpha, beta, positive_int("chunk_size", chunk_size))

@@ -7,6 +7,7 @@ and the fused paths always receive the same mask.
 
 import torch
 
+from attn.common.device import check_device
 from attn.common.sizes import check_allocation
 from attn.common.validate import type_name, whole_count
 
@@ -15,6 +16,8 @@ MEANINGS = {"mask": "True = may attend", "keep_mask": "True = may attend", "key_
 
 def check_bool_mask(name, mask, device):
     """TypeError/ValueError unless ``mask`` is a boolean tensor on ``device``, saying how to convert it."""
+    if name not in MEANINGS:
+        raise ValueError(f"name must be one of {', '.join(MEANINGS)}, the masks this check knows, got {name!r:.40}")
     meaning = MEANINGS[name]
     if type(mask).__module__ == "numpy":
         raise TypeError(
@@ -95,6 +98,11 @@ def build_keep_mask(mask, key_padding_mask, query, key, cache=None):
     query (B, H, T_q, d), key (B, H_kv, T_new, d); with a ``cache``, T_k = len(cache) + T_new, the keys
     attended to once this step's keys are appended. Causality is added by the attention functions.
     """
+    for name, tensor in (("query", query), ("key", key)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
+            raise TypeError(f"{name} must be a tensor (B, H, T, d), got {type_name(tensor)}")
+    if cache is not None and not callable(getattr(cache, "__len__", None)):
+        raise TypeError(f"cache must be an attn.KVCache or None, got {type_name(cache)}")
     batch, num_heads, t_q = query.shape[:3]
     t_k = key.shape[2] + (len(cache) if cache is not None else 0)
     keep_mask = None if mask is None else as_keep_mask(mask, (batch, num_heads, t_q, t_k), query.device)
@@ -114,6 +122,7 @@ def causal_keep_mask(t_q, t_k, device=None):
     equal to this one (tests/test_masks.py checks it).
     """
     t_q, t_k = whole_count("t_q", t_q), whole_count("t_k", t_k)
+    device = check_device("device", device)
     check_allocation(f"a causal mask of {t_q} x {t_k} bools", t_q * t_k, device)
     return _causal_keep_mask(t_q, t_k, device)
 
@@ -125,6 +134,8 @@ def _causal_keep_mask(t_q, t_k, device):
 
 def add_causal(keep_mask, is_causal, t_q, t_k, device):
     """``keep_mask`` AND the end-aligned causal mask when ``is_causal``; otherwise ``keep_mask`` unchanged."""
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)}")
     if not is_causal:
         return keep_mask
     causal = _causal_keep_mask(t_q, t_k, device)
@@ -138,5 +149,7 @@ def open_empty_rows(keep_mask):
     (True where the row allowed some key, shaped (B|1, H|1, T_q|1, 1)), which the caller multiplies
     into the result to give those rows zeros.
     """
+    if not isinstance(keep_mask, torch.Tensor) or keep_mask.dtype != torch.bool or keep_mask.dim() == 0:
+        raise TypeError(f"keep_mask must be a bool tensor (True = may attend), got {type_name(keep_mask)}")
     has_any = keep_mask.any(dim=-1, keepdim=True)
     return keep_mask | ~has_any, has_any

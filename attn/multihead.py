@@ -7,7 +7,14 @@ from torch import nn
 from torch.nn import functional
 
 from attn.common import convert
-from attn.common.layer_checks import check_attention_inputs, check_inputs, check_layer_arguments, check_rotary_base
+from attn.common.layer_checks import (
+    check_attention_inputs,
+    check_inputs,
+    check_layer_arguments,
+    check_projected,
+    check_rotary_base,
+)
+from attn.common.validate import positive_int, require_tensor
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
 from attn.positions import apply_rotary
 from attn.ring_cache import RingKVCache
@@ -20,12 +27,31 @@ SDPA_SHARES_HEADS = torch.__version__ >= (2, 5)
 
 def split_heads(x, num_heads):
     """(B, T, E) -> (B, H, T, E / H): each head sees its own slice of the features."""
+    require_tensor("x", x)
+    if x.dim() != 3:
+        raise ValueError(f"x must have shape (B, T, E), got {tuple(x.shape)}")
+    num_heads = positive_int("num_heads", num_heads)
+    if x.shape[-1] % num_heads:
+        raise ValueError(f"the {x.shape[-1]} features of x cannot be split into {num_heads} equal heads")
+    return _split_heads(x, num_heads)
+
+
+def _split_heads(x, num_heads):
+    """``split_heads`` without its checks, for the layer, whose projections have these shapes by construction."""
     batch, length, embed_dim = x.shape
     return x.view(batch, length, num_heads, embed_dim // num_heads).transpose(1, 2)
 
 
 def merge_heads(x):
     """(B, H, T, d) -> (B, T, H * d): the inverse of ``split_heads``."""
+    require_tensor("x", x)
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape (B, H, T, d), got {tuple(x.shape)}")
+    return _merge_heads(x)
+
+
+def _merge_heads(x):
+    """``merge_heads`` without its checks, for the layer."""
     batch, num_heads, length, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, length, num_heads * head_dim)
 
@@ -75,7 +101,7 @@ def fused_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_causal=
     With ``is_causal``, T_q == T_k and no keep_mask, PyTorch's own causal flag is used, so the fastest
     kernels can run; in every other case the end-aligned causal mask is built and combined with keep_mask.
     """
-    check_attention_inputs(query, key, value, dropout_p, is_causal)
+    check_attention_inputs(query, key, value, dropout_p, is_causal, fused=True)
     check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
     return _fused_attention(query, key, value, keep_mask, dropout_p, is_causal)
 
@@ -199,7 +225,11 @@ class MultiHeadAttention(nn.Module):
         return (output, weights) if need_weights else output
 
     def _window(self, keep_mask, q, k, cache):
-        """The keep-mask AND the window's band (with its sink tokens), for q (B, H, T_q, d) and k (B, H_kv, T_k, d)."""
+        """The keep-mask AND the window's band (with its sink tokens), for q (B, H, T_q, d) and k (B, H_kv, T_k, d).
+
+        Also where the windowed layer checks its projections: finite, and scores that fit their dtype (a ring cache
+        holds at most window + sink_tokens keys, so this reads a bounded number of them)."""
+        check_projected(q, k)
         return layer_keep_mask(keep_mask, q.shape[2], k.shape[2], self.window, self.sink_tokens, cache, q.device)
 
     def _streaming(self, q, k, v, keep_mask, cache):

@@ -20,6 +20,11 @@ def _positive_int(name, value):
     return int(value)
 
 
+def _larger_of(length, dim):
+    """The argument to make smaller: the larger of the two ("length" on a tie)."""
+    return "dim" if dim > length else "length"
+
+
 def sinusoidal_positions(length, dim):
     """Sinusoidal position encodings, a NumPy float64 array (T, dim) with T = length and dim even.
 
@@ -29,7 +34,8 @@ def sinusoidal_positions(length, dim):
     length, dim = _positive_int("length", length), _positive_int("dim", dim)
     if dim % 2:
         raise ValueError(f"dim must be even (columns come in sin/cos pairs), got {dim}")
-    check_allocation(f"sinusoidal_positions({length}, {dim})", 8 * length * (dim + dim // 2 + 1))  # table, angles
+    check_allocation(f"sinusoidal_positions(length={length}, dim={dim})", 8 * length * (dim + dim // 2 + 1),
+                     advice=f"use a smaller {_larger_of(length, dim)}")  # the table and its angles
     positions = np.arange(length)[:, None]  # (T, 1)
     wavelengths = 10000.0 ** (np.arange(0, dim, 2) / dim)  # (dim / 2,): 10000^(2i / dim)
     angles = positions / wavelengths  # (T, dim / 2)

@@ -11,6 +11,8 @@ import torch
 
 from attn.kvcache import KVCache
 
+MAX_POSITIONS = 2**40  # a trillion positions: more than any machine's memory holds as keys
+
 
 class RingKVCache(KVCache):
     """Keys and values of the last ``window`` positions and the first ``sink_tokens``, for ONE layer.
@@ -36,6 +38,9 @@ class RingKVCache(KVCache):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
             if value < least:
                 raise ValueError(f"{name} must be at least {least}, got {value}")
+            if value > MAX_POSITIONS:
+                raise ValueError(f"{name}={value} is more positions than any cache could hold (at most 2**40 = "
+                                 f"{MAX_POSITIONS:,}); use a smaller window, or an attn.KVCache for a cache that never forgets")
         self.window, self.sink_tokens = int(window), int(sink_tokens)
         self.capacity = self.window + self.sink_tokens
         self._key_buffer = self._value_buffer = None

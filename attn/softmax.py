@@ -75,6 +75,10 @@ def softmax_in_place(scores, axis=-1):
     For callers that own ``scores`` and have checked it (no NaN, no +inf): it allocates
     nothing of the size of ``scores``, so attention keeps one T x T array instead of several.
     """
+    if not isinstance(scores, np.ndarray) or not np.issubdtype(scores.dtype, np.floating) or scores.ndim == 0:
+        raise TypeError(f"scores must be a floating-point NumPy array with at least one axis (it is overwritten), "
+                        f"got {type(scores).__name__}")
+    _checked_axis(axis, scores.ndim, scores.shape)
     row_max = np.max(scores, axis=axis, keepdims=True)
     # Subtracting the maximum keeps exp() at or below 1, so it cannot overflow.
     # A row that is all -inf has no maximum to subtract: use 0, and its exps are all 0.

@@ -12,11 +12,13 @@ import numbers
 
 import torch
 
-from attn.common.layer_checks import check_attention_shapes
-from attn.common.validate import require_tensor, type_name
+from attn.common.device import check_device
+from attn.common.layer_checks import check_attention_shapes, check_scores_fit
+from attn.common.validate import require_finite, require_tensor, type_name
 from attn.ring_cache import RingKVCache
 
 MAX_MASK_ENTRIES = 2**32  # 4 GiB of booleans: a larger mask is surely a mistake
+POSITION_CAP = 2**62  # beyond every position a tensor can index, and far from int64's end
 
 
 def check_window_arguments(window, sink_tokens):
@@ -59,6 +61,8 @@ def window_keep_mask(query_positions, key_positions, window, sink_tokens=0):
         require_tensor(name, positions)
         if positions.dim() != 1 or positions.is_floating_point() or positions.dtype == torch.bool:
             raise ValueError(f"{name} must be a 1-D integer tensor, got {positions.dtype} {tuple(positions.shape)}")
+    # A window or a sink count beyond any position sees every key: capped, so that p - window cannot wrap in int64.
+    window, sink_tokens = min(window, POSITION_CAP), min(sink_tokens, POSITION_CAP)
     query, key = query_positions[:, None], key_positions[None, :]  # (T_q, 1), (1, T_k)
     causal = key <= query
     recent = key > query - window
@@ -70,6 +74,8 @@ def sliding_window_mask(t_q, t_k, window, sink_tokens=0, device=None):
     """Bool keep-mask (T_q, T_k), causal and end-aligned: query i sits at absolute position
     p = T_k - T_q + i and sees keys p - window < j <= p, plus keys j < sink_tokens."""
     t_q, t_k = _check_length("T_q", t_q), _check_length("T_k", t_k)
+    check_window_arguments(window, sink_tokens)
+    device = check_device("device", device)
     if t_q > t_k:
         raise ValueError(f"T_q={t_q} is more than T_k={t_k}: end-aligned, each query needs its own key among the keys")
     if t_q * t_k > MAX_MASK_ENTRIES:
@@ -82,6 +88,9 @@ def sliding_window_mask(t_q, t_k, window, sink_tokens=0, device=None):
 def layer_keep_mask(keep_mask, t_q, t_k, window, sink_tokens, cache, device):
     """The keep-mask a windowed layer attends with: ``keep_mask`` (4-D or None) AND the window's
     mask (1, 1, T_q, T_k), from the ring cache's key positions when the keys came from one."""
+    if keep_mask is not None and (not isinstance(keep_mask, torch.Tensor) or keep_mask.dtype != torch.bool
+                                  or keep_mask.dim() != 4 or not _broadcasts(keep_mask.shape, (*keep_mask.shape[:2], t_q, t_k))):
+        raise ValueError(f"keep_mask must be None or a 4-D bool tensor broadcastable to (B, H, {t_q}, {t_k})")
     if isinstance(cache, RingKVCache):
         key_positions = cache.key_positions.to(device)  # (T_k,): where each returned key sits
         window_mask = window_keep_mask(key_positions[-t_q:], key_positions, window, sink_tokens)
@@ -114,7 +123,7 @@ def sink_attention(query, key, value, sink_logits, keep_mask=None):
     and the sink logit; the sink's share is dropped, so a row's weights sum to less than 1.
     Returns output (B, H, T_q, d) and weights (B, H, T_q, T_k).
     """
-    _check_sink_inputs(query, key, value, sink_logits)
+    _check_sink_inputs(query, key, value, sink_logits, keep_mask)
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)  # (B, H, T_k, d)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (B, H, T_q, T_k)
@@ -138,12 +147,36 @@ def sink_rescale(output, logsumexp, sink_logits):
     return output * keep_share[..., None]
 
 
-def _check_sink_inputs(query, key, value, sink_logits):
+def _check_sink_inputs(query, key, value, sink_logits, keep_mask=None):
     check_attention_shapes(query, key, value)
     require_tensor("sink_logits", sink_logits)
     if sink_logits.shape != (query.shape[1],):
         raise ValueError(f"sink_logits must have one logit per query head, shape ({query.shape[1]},), "
                          f"got {tuple(sink_logits.shape)}")
+    if sink_logits.dtype != query.dtype or sink_logits.device != query.device:
+        raise TypeError(f"sink_logits is {sink_logits.dtype} on {sink_logits.device} but query is {query.dtype} on "
+                        f"{query.device}; convert it with sink_logits.to(query)")
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_finite(name, tensor)
+    require_finite("sink_logits", sink_logits, "a NaN or infinite sink would take all of every row's weight, or NaN")
+    check_scores_fit(query, key, query.dtype)
+    if keep_mask is not None:
+        require_tensor("keep_mask", keep_mask)
+        scores_shape = (*query.shape[:3], key.shape[2])
+        if keep_mask.dtype != torch.bool or keep_mask.dim() > 4 or not _broadcasts(keep_mask.shape, scores_shape):
+            raise ValueError(f"keep_mask must be a bool tensor broadcastable to the scores (B, H, T_q, T_k) = {scores_shape}, "
+                             f"got {keep_mask.dtype} {tuple(keep_mask.shape)}")
+        if keep_mask.device != query.device:
+            raise ValueError(f"keep_mask is on {keep_mask.device} but query is on {query.device}; "
+                             "move it with keep_mask.to(query.device)")
+
+
+def _broadcasts(shape, target):
+    """True if ``shape`` broadcasts to ``target`` without changing it."""
+    try:
+        return torch.broadcast_shapes(shape, target) == torch.Size(target)
+    except RuntimeError:
+        return False
 
 
 # Checking against the models that use windows --------------------------------------------------
@@ -152,6 +185,10 @@ def _check_sink_inputs(query, key, value, sink_logits):
 def rotary_pairing(head_dim):
     """The order (d,) that takes a query or key in the rotate_half layout (feature i pairs with i + d/2,
     as Hugging Face's Mistral, Gemma and gpt-oss code pairs them) to the course's layout (2i pairs with 2i + 1)."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral) or head_dim < 2 or head_dim % 2:
+        raise ValueError(f"head_dim must be an even whole number of 2 or more (rotary turns pairs), got {head_dim!r:.40}")
+    if head_dim > 2**20:
+        raise ValueError(f"head_dim={head_dim} is more features than any head has (at most 2**20)")
     half = head_dim // 2
     return torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).flatten()  # (d,)
 

@@ -39,8 +39,9 @@ def error_of(capsys, argv):
     "argv, words",
     [
         (["--out", "/missing/dir/x.json"], "argument --out: the folder /missing/dir does not exist"),
-        (["--repeats", "0"], "argument --repeats: must be 1 or more, got 0"),
-        (["--repeats", "two"], "argument --repeats: 'two' is not a whole number"),
+        (["--repeats", "0"], "argument --repeats: --repeats must be a whole number from 1 to 10,000 (each repeat times "
+                             "every case again), got 0"),
+        (["--repeats", "two"], "argument --repeats: --repeats must be a whole number, got 'two'"),
         (["--batch", "0"], "argument --batch: must be 1 or more, got 0"),
         (["--batch", "-1"], "argument --batch: must be 1 or more, got -1"),
         (["--heads", "0"], "argument --heads: must be 1 or more, got 0"),
@@ -304,7 +305,8 @@ def test_pipes_devices_and_links_to_nowhere_are_refused_as_destinations(capsys, 
     dangling = tmp_path / "dangling.json"
     dangling.symlink_to(tmp_path / "missing" / "x.json")
     message = error_of(capsys, ["--out", str(dangling)])
-    assert f"argument --out: the folder {tmp_path / 'missing'} does not exist" in message
+    assert f"argument --out: {dangling} is a symbolic link to {tmp_path / 'missing' / 'x.json'}, whose folder " in message
+    assert f"{tmp_path / 'missing'} does not exist; create it or remove the link" in message
 
 
 @pytest.mark.usefixtures("nothing_runs")

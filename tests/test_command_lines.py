@@ -126,7 +126,8 @@ def test_execute_refuses_pipes_devices_and_links_to_nowhere_for_the_times(capsys
     cases = {
         str(pipe): f"--times: {pipe} is a named pipe, not a file",
         "/dev/full": "--times: /dev/full is a device or other special file, not a file",
-        str(dangling): f"--times: the folder {tmp_path / 'missing'} does not exist; create it first",
+        str(dangling): f"--times: {dangling} is a symbolic link to {tmp_path / 'missing' / 'times.md'}, whose folder "
+                       f"{tmp_path / 'missing'} does not exist; create it or remove the link",
     }
     for times, message in cases.items():
         assert message in error_of(capsys, execute.main, [str(good), "--times", times])

@@ -144,7 +144,7 @@ def test_load_trained_names_a_file_given_as_the_folder(tmp_path):
     a_file = tmp_path / "induction_2layer.pt"
     a_file.write_bytes(b"")
     expected = f"{a_file} is a file, not a folder; give the folder that holds induction_2layer.pt"
-    with pytest.raises(NotADirectoryError, match=f"^{re.escape(expected)}$"):
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         load_trained(a_file, 2)
 
 

@@ -227,11 +227,11 @@ def test_a_hand_made_repeat_data_must_hold_real_repeats():
         (lambda: decoder.Decoder(2**40, 8), "Decoder(vocab_size=1099511627776"),
         (lambda: model.AttentionOnlyTransformer(vocab_size=2**40), "AttentionOnlyTransformer(vocab_size=1099511627776"),
         (lambda: decoder.counting_sequences(10**12), "counting_sequences(1000000000000"),
-        (lambda: data.make_repeat_data(10**12), "make_repeat_data(1000000000000"),
+        (lambda: data.make_repeat_data(10**12), "make_repeat_data(num_sequences=1000000000000"),
         (lambda: PreallocatedKVCache(10**12).append(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4)), "capacity"),
         (lambda: scores.previous_occurrence(torch.zeros(1, 10**6, dtype=torch.long)), "compares every pair"),
-        (lambda: sinusoidal_positions(10**12, 2), "sinusoidal_positions(1000000000000, 2)"),
-        (lambda: causal_mask(10**7), "causal_mask(10000000)"),
+        (lambda: sinusoidal_positions(10**12, 2), "sinusoidal_positions(length=1000000000000, dim=2)"),
+        (lambda: causal_mask(10**7), "causal_mask(length=10000000)"),
         (lambda: padding_mask([1], 10**13), "padding_mask for 1 sequences"),
         (lambda: bench.run_benchmark("cpu", torch.float32, 1, 1, (4,), (10**12,), 1, False), "benchmark's inputs"),
     ],
@@ -239,6 +239,16 @@ def test_a_hand_made_repeat_data_must_hold_real_repeats():
 def test_sizes_nobody_can_allocate_say_how_many_bytes_before_trying(call, words):
     message = sentence_of(call)
     assert words in message and "would need" in message and "of this machine's memory" in message
+
+
+@pytest.mark.parametrize("call, advice", [
+    (lambda: sinusoidal_positions(10**12, 2), "use a smaller length"),
+    (lambda: sinusoidal_positions(2, 10**12), "use a smaller dim"),
+    (lambda: causal_mask(10**7), "use a smaller length"),
+    (lambda: data.make_repeat_data(10**12), "use a smaller num_sequences"),
+])
+def test_a_size_nobody_can_allocate_names_the_argument_to_make_smaller(call, advice):
+    assert sentence_of(call).endswith(advice)
 
 
 def test_readable_bytes_and_the_allocation_check():

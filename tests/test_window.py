@@ -304,9 +304,9 @@ def test_the_runs_command_writes_its_record_and_refuses_bad_arguments(tmp_path, 
     for arguments, words in (
         (["--out", str(blocker)], "is a file"),
         (["--out", str(tmp_path), "--stacks", "4 local"], "unknown stack '4 local'"),
-        (["--out", str(tmp_path), "--steps", "0"], "positive whole number"),
+        (["--out", str(tmp_path), "--steps", "0"], "--steps must be a whole number from 1"),
         (["--out", str(tmp_path), "--seeds", "-1"], "a seed is a whole number"),
-        (["--out", str(tmp_path), "--per-distance", "x"], "positive whole number"),
+        (["--out", str(tmp_path), "--per-distance", "x"], "--per-distance must be a whole number, got"),
     ):
         with pytest.raises(SystemExit):
             window_runs.main(arguments)

@@ -11,21 +11,63 @@ failure never leaves half a file.
 """
 
 import argparse
+import errno
 import os
 import stat
 import tempfile
 from pathlib import Path
+
+NAME_MAX = 255  # bytes in one file or folder name (Linux, macOS and Windows all stop near here)
+PATH_MAX = 4095  # bytes in a whole path (Linux's limit, less its closing NUL)
+
+
+def name_problem(text):
+    """None if ``text`` can name a place on this file system at all, else why not (before anything touches it).
+
+    A lone surrogate (text no file system can store), a NUL character, a name of more than 255 bytes or a path of
+    more than 4095 bytes would otherwise reach the operating system and come back as an OSError from inside
+    pathlib; a symbolic link that leads round in a loop, or to nowhere, is named here too.
+    """
+    text = os.fspath(text)
+    if "\x00" in text:
+        return f"{text!r} holds the NUL character, which no file name may contain"
+    try:
+        encoded = os.fsencode(text)
+    except UnicodeError:
+        return f"{text!r} holds a character no file name can store (a lone surrogate); type the name again"
+    long_part = next((part for part in encoded.split(b"/") if len(part) > NAME_MAX), None)
+    if long_part is not None:
+        shown = os.fsdecode(long_part)
+        return f"the name {shown[:40]}... is {len(long_part)} bytes long; a file or folder name may have at most {NAME_MAX}"
+    if len(encoded) > PATH_MAX:
+        return f"the path {text[:40]}... is {len(encoded)} bytes long; a whole path may have at most {PATH_MAX}"
+    return _link_problem(Path(text))
+
+
+def _link_problem(path):
+    """Why ``path`` or a folder above it cannot be followed (a link loop), or None."""
+    try:
+        os.stat(path)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return f"{path} is a symbolic link that leads round in a loop (or passes through one); remove the link"
+        if error.errno == errno.ENAMETOOLONG:
+            return f"{path} leads, through its links, to a path longer than this system allows"
+    return None
 
 
 def file_problem(text, example="results.json"):
     """None if a file can be written at ``text``, else what is wrong with it (its folder must already exist)."""
     if not str(text).strip():
         return f"the file name is empty; give one, such as {example}"
-    if _too_long(text):
-        return _too_long(text)
+    problem = name_problem(text)
+    if problem is not None:
+        return problem
     given = Path(text)
     path = _target(given)
     named = given if path == given else f"{given} (a link to {path})"
+    if given.is_symlink() and not path.parent.is_dir():
+        return f"{given} is a symbolic link to {path}, whose folder {path.parent} does not exist; create it or remove the link"
     if path.is_dir():
         return f"{named} is a folder; give a file name, such as {given / example}"
     if path.exists() and not path.is_file():
@@ -43,11 +85,21 @@ def file_problem(text, example="results.json"):
 
 def write_text(path, text):
     """Write ``text`` to the file ``path`` (following a link) through a temporary file in its folder, renamed into place."""
+    from attn.common.validate import require_text
+
+    require_text("text", text)
     write_through_temporary(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
 
 
 def write_through_temporary(path, write):
     """Call ``write(temporary)`` to fill a temporary file beside ``path``, then rename it to ``path``: all or nothing."""
+    if not callable(write):
+        raise TypeError(f"write must be a function that fills the temporary file, got {type(write).__name__}")
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a file's path, got {type(path).__name__}")
+    problem = file_problem(path)
+    if problem is not None:
+        raise ValueError(problem)
     target = _target(Path(path))
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     os.close(handle)
@@ -74,8 +126,12 @@ def folder_problem(text, example="lessons/models"):
     """None if ``text`` is, or can be made, a folder to write files in; else what is wrong with it."""
     if not str(text).strip():
         return f"the folder name is empty; give one, such as {example}"
-    if _too_long(text):
-        return _too_long(text)
+    problem = name_problem(text)
+    if problem is not None:
+        return problem
+    if Path(text).is_symlink() and not Path(text).exists():
+        return (f"{text} is a symbolic link to {os.readlink(text)}, which does not exist; create that folder first, "
+                "or remove the link and give a folder")
     folder = _target(Path(text))
     if folder.exists() and not folder.is_dir():
         return f"{folder} is a file; give a folder (it is created if it does not exist yet)"
@@ -88,18 +144,6 @@ def folder_problem(text, example="lessons/models"):
     return None
 
 
-NAME_MAX, PATH_MAX = 255, 4095  # bytes: the limits of Linux's file systems (macOS's and Windows' are no larger)
-
-
-def _too_long(text):
-    """What is wrong if a part of the path ``text``, or the whole, is longer than file systems allow; else None.
-    (Asking the file system about such a path raises an error instead of answering.)"""
-    longest = max(Path(text).parts, key=lambda part: len(os.fsencode(part)))
-    if len(os.fsencode(longest)) > NAME_MAX:
-        return f"the name {longest[:20]}... is {len(os.fsencode(longest))} bytes long; file systems allow {NAME_MAX}"
-    if len(os.fsencode(str(text))) > PATH_MAX:
-        return f"the path is {len(os.fsencode(str(text)))} bytes long; file systems allow {PATH_MAX}"
-    return None
 
 
 def _file_above(path):
@@ -120,6 +164,10 @@ def output_folder(text, file_names, example="lessons/models"):
     ``file_names`` is taken by a folder; a ValueError (TypeError for a non-path) saying what is wrong otherwise."""
     if not isinstance(text, str | os.PathLike):
         raise TypeError(f"out must be a folder's path, such as {example!r}, got {type(text).__name__}")
+    if not isinstance(file_names, list | tuple) or not isinstance(example, str):
+        raise TypeError(f"file_names must be a list of file names and example a path, got {type(file_names).__name__}")
+    if not all(isinstance(name, str) and name and "/" not in name for name in file_names):
+        raise TypeError(f"file_names must be plain file names (text without a '/'), got {list(file_names)!r:.80}")
     problem = folder_problem(text, example=example)
     taken = [Path(text) / name for name in file_names if (Path(text) / name).is_dir()] if problem is None else []
     if taken:

@@ -8,6 +8,7 @@ import torch
 
 from attn.common.sizes import check_allocation
 from attn.common.validate import (
+    has_only_finite,
     positive_int,
     probability,
     require_computable,
@@ -147,7 +148,13 @@ def check_attention_shapes(query, key, value):
                             f"convert it with {name}.to(query)")
 
 
-def check_attention_inputs(query, key, value, dropout_p, is_causal):
+def score_dtype(query, fused):
+    """The dtype the scores are computed in: the query's for the explicit path; at least float32 for the fused kernels,
+    which accumulate float16 and bfloat16 products in float32."""
+    return torch.promote_types(query.dtype, torch.float32) if fused else query.dtype
+
+
+def check_attention_inputs(query, key, value, dropout_p, is_causal, fused=False):
     """All of explicit_attention's and fused_attention's arguments but the mask: shapes, a bool is_causal,
     a dropout probability, and finite query, key and value (one reduction each)."""
     check_attention_shapes(query, key, value)
@@ -156,6 +163,19 @@ def check_attention_inputs(query, key, value, dropout_p, is_causal):
     probability("dropout_p", dropout_p)
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         require_finite(name, tensor)
+    check_scores_fit(query, key, score_dtype(query, fused), "the dtype they are computed in")
+
+
+def check_projected(q, k):
+    """A windowed layer's projected q (B, H, T_q, d) and keys k (B, H_kv, T_k, d), before it attends: finite (finite
+    inputs can overflow in a projection) and scores that fit their dtype (the explicit path computes them in it)."""
+    for name, tensor in (("queries", q), ("keys", k)):
+        if not has_only_finite(tensor):
+            raise ValueError(
+                f"the layer's projected {name} overflowed {tensor.dtype}: the inputs are finite but too large for the "
+                "projection; scale them down (or use float64)"
+            )
+    check_scores_fit(q, k, q.dtype, "the dtype the layer computes them in")
 
 
 MAX_MLP_BYTES = 2**36  # 64 GiB: a TransformerBlock whose MLP weights would need more is surely a typo
@@ -263,7 +283,7 @@ def largest_magnitude(tensor):
     return max(-smallest.item(), largest.item())
 
 
-def check_scores_fit(query, key, compute_dtype):
+def check_scores_fit(query, key, compute_dtype, where="which the tiles are computed in"):
     """ValueError if finite query and key (..., T, d) could give a score Q K^T / sqrt(d) beyond ``compute_dtype``.
 
     A bound, not the scores themselves (which a tiled kernel never holds at once): each score is at most
@@ -274,7 +294,7 @@ def check_scores_fit(query, key, compute_dtype):
     limit = torch.finfo(compute_dtype).max
     if not bound <= limit:  # also catches a bound that is itself inf
         raise ValueError(
-            f"the scores Q K^T / sqrt(d) could overflow {compute_dtype}, which the tiles are computed in: the largest "
+            f"the scores Q K^T / sqrt(d) could overflow {compute_dtype}, {where}: the largest "
             f"|query| is {largest_magnitude(query):.3g} and |key| {largest_magnitude(key):.3g}, so a score can reach "
             f"{bound:.3g}, beyond {limit:.3g}; scale the query and key down (or use float64)"
         )

@@ -30,7 +30,7 @@ def readable_bytes(count):
     return None
 
 
-def check_allocation(what, nbytes, device=None):
+def check_allocation(what, nbytes, device=None, advice="use smaller sizes"):
     """ValueError, before anything is allocated, if ``what`` would need more bytes than ``device`` has.
 
     ``nbytes`` is the size asked for; the device's whole memory is the limit (a size above it cannot
@@ -41,5 +41,5 @@ def check_allocation(what, nbytes, device=None):
         where = "this machine's memory" if device is None or str(device) == "cpu" else f"the memory of {device}"
         raise ValueError(
             f"{what} would need {readable_bytes(nbytes)}, more than the {readable_bytes(limit)} of {where}; "
-            "use smaller sizes"
+            f"{advice}"
         )

@@ -81,6 +81,8 @@ def has_only_finite(tensor):
 
     NaN anywhere makes the smallest and largest entries NaN; an infinity is one of them itself.
     """
+    require_tensor("tensor", tensor)
+    require_numbers("tensor", tensor)
     if tensor.numel() == 0 or not (tensor.is_floating_point() or tensor.is_complex()):
         return True
     if tensor.is_complex():
@@ -91,6 +93,8 @@ def has_only_finite(tensor):
 
 def require_like(name, tensor, reference):
     """``tensor`` must have the dtype and device of ``reference``, a weight of the layer it is given to."""
+    require_tensor(name, tensor)
+    require_tensor("reference", reference)
     if tensor.dtype != reference.dtype:
         raise TypeError(
             f"{name} is {tensor.dtype} but the layer's weights are {reference.dtype}; convert the layer with "
@@ -153,6 +157,48 @@ def non_negative_number(name, value):
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
+
+
+def require_text(name, text):
+    """TypeError unless ``text`` is a str; ValueError if it holds a lone surrogate, which no text file can store."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type_name(text)}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name} holds a lone surrogate ({text[error.start]!r} at position {error.start}), half of a character that "
+            "no UTF-8 text can hold; it usually comes from reading a file with the wrong encoding"
+        ) from None
+    return text
+
+
+def require_module(name, value, what="a model (a torch.nn.Module)"):
+    """TypeError unless ``value`` is a torch.nn.Module (a model or a layer)."""
+    if not isinstance(value, torch.nn.Module):
+        raise TypeError(f"{name} must be {what}, got {type_name(value)}")
+    return value
+
+
+def require_choice(name, value, choices):
+    """ValueError (TypeError for a non-string) unless ``value`` is one of ``choices`` (strings)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, choices))}, got {type_name(value)} {value!r:.60}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r:.60}")
+    return value
+
+
+def require_token_ids(name, tensor, dims):
+    """``tensor`` must be an integer tensor (token ids, not bool) of ``dims`` dimensions on a real device."""
+    if not isinstance(tensor, torch.Tensor) or tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool:
+        got = f"{tensor.dtype} tensor" if isinstance(tensor, torch.Tensor) else type_name(tensor)
+        raise TypeError(f"{name} must be a tensor of integer token ids, got {got}")
+    require_dense(name, tensor)
+    require_numbers(name, tensor)
+    if tensor.dim() != dims:
+        raise ValueError(f"{name} must have {dims} dimension{'s' if dims > 1 else ''}, got shape {tuple(tensor.shape)}")
+    return tensor
 
 
 def require_callable(name, value):

@@ -47,7 +47,14 @@ def notebook_problem(path):
     """None if ``path`` is a notebook file that can be read, else a sentence saying what it is instead."""
     import nbformat
 
+    from attn.common.destinations import name_problem
+
+    problem = name_problem(path)
+    if problem is not None:
+        return problem
     path = Path(path)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        return f"{path} is not an ordinary file (a named pipe or a device); give notebook files, such as lessons/*.ipynb"
     if path.is_dir():
         return f"{path} is a folder; give notebook files, such as {path / '*.ipynb'}"
     if not path.is_file():
@@ -64,6 +71,10 @@ def title_of(path):
     """The notebook's first heading, without the leading '# '."""
     import nbformat
 
+    problem = notebook_problem(path)
+    if problem is not None:
+        raise ValueError(problem)
+
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type == "markdown" and cell.source.startswith("# "):
             return cell.source.splitlines()[0][2:].strip()
@@ -72,6 +83,9 @@ def title_of(path):
 
 def times_table(times):
     """A Markdown table of (notebook path, seconds) pairs."""
+    if not isinstance(times, list | tuple) or not all(
+            isinstance(row, list | tuple) and len(row) == 2 and isinstance(row[1], int | float) for row in times):
+        raise TypeError(f"times must be a list of (notebook path, seconds) pairs, got {type(times).__name__}")
     lines = ["| Notebook | Running time (s) |", "| --- | --- |"]
     lines += [f"| {title_of(path)} | {seconds:.0f} |" for path, seconds in times]
     return "\n".join(lines) + "\n"

@@ -185,6 +185,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lessons", nargs="?", default="lessons", help="the folder of notebooks (default: lessons)")
     args = parser.parse_args(argv)
+    from attn.common.destinations import name_problem
+
+    if name_problem(args.lessons) is not None:
+        parser.error(name_problem(args.lessons))
     folder = Path(args.lessons)
     paths = sorted(folder.glob("*.ipynb")) if folder.is_dir() else []
     if not paths:

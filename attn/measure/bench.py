@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from attn.common.arguments import whole_number_argument
 from attn.common.destinations import file_problem, write_text
-from attn.common.device import describe_device, pick_device
+from attn.common.device import check_device, describe_device, pick_device
 from attn.common.sizes import check_allocation
 from attn.common.validate import positive_int, type_name
 from attn.flops import attention_flops
@@ -57,6 +58,9 @@ MAX_CALLS = 200
 
 def calls_per_run(function, device):
     """1 on a CPU (its work is done when the call returns); elsewhere, enough calls to last RUN_SECONDS."""
+    if not callable(function):
+        raise TypeError(f"function must be a function to time, got {type_name(function)}")
+    device = check_device("device", device) or torch.device("cpu")
     if device.type == "cpu":
         return 1
     one_call = seconds_of_each_run(function, device, warmup=1, repeats=1)[0]
@@ -286,6 +290,9 @@ def _positive_int(text):
     return value
 
 
+REPEATS_ARGUMENT = whole_number_argument("--repeats", 1, 10_000, "each repeat times every case again")
+
+
 def _output_file(text):
     """--out: a file in a folder that exists and can be written, checked before anything runs."""
     problem = file_problem(text, example="bench.json")
@@ -302,7 +309,7 @@ def _parser():
     parser.add_argument("--heads", type=_positive_int, default=16)
     parser.add_argument("--head-dims", type=_positive_int, nargs="+", default=[64, 128])
     parser.add_argument("--lengths", type=_positive_int, nargs="+", default=None)
-    parser.add_argument("--repeats", type=_positive_int, default=10)
+    parser.add_argument("--repeats", type=REPEATS_ARGUMENT, default=10)
     parser.add_argument("--out", type=_output_file, required=True, help="where to write the JSON results")
     parser.add_argument("--suite", choices=["gpu"], default=None,
                         help="gpu: the whole GPU suite (attn/measure/gpu/suite.py), at its own fixed sizes")

@@ -21,6 +21,18 @@ class PublishedAttention:
     source: str  # key in book/references.bib
     bytes_per_element: int = 2
 
+    def __post_init__(self):
+        for name in ("kv_heads", "head_dim", "bytes_per_element"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be a whole number of 1 or more, got {value!r}")
+        windows = self.windows
+        if not isinstance(windows, tuple) or not windows or not all(
+            w is None or (isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 1) for w in windows
+        ):
+            raise ValueError(f"windows must be a non-empty tuple of window sizes (1 or more) or None (global), "
+                             f"got {windows!r:.80}")
+
     @property
     def layers(self):
         return len(self.windows)
@@ -57,5 +69,7 @@ PUBLISHED = (
 
 def cache_table(lengths=(4096, 32768, 131072)):
     """Rows (name, length, global bytes, windowed bytes) for every published model and length."""
+    if not isinstance(lengths, list | tuple):
+        raise TypeError(f"lengths must be a list or tuple of whole numbers of positions, got {type(lengths).__name__}")
     return [(model.name, length, model.cache_bytes(length, windowed=False), model.cache_bytes(length))
             for model in PUBLISHED for length in lengths]

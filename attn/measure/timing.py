@@ -21,6 +21,9 @@ from attn.models.decoder import Decoder, check_room
 
 def synchronize(device):
     """Wait for the work queued on a GPU (CUDA or Apple's MPS) to finish; nothing to wait for on a CPU."""
+    from attn.common.device import check_device
+
+    device = check_device("device", device) or torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -156,6 +159,14 @@ def window_decode_times(lengths=(256, 1024, 4096), window=128, embed_dim=64, num
     after the first length - 1 positions were prefilled (seconds_per_token, above). Returns rows
     {"length", "cache", "seconds", "cache_bytes"}.
     """
+    from attn.common.device import check_device
+    from attn.common.validate import positive_int, whole_count
+
+    if not isinstance(lengths, list | tuple) or not lengths:
+        raise TypeError(f"lengths must be a non-empty list or tuple of positive ints, got {type(lengths).__name__}")
+    lengths = [positive_int("each length", length) for length in lengths]
+    warmup, repeats = whole_count("warmup", warmup), positive_int("repeats", repeats)
+    device = check_device("device", device)
     from attn.models.decoder import Decoder
 
     rows = []

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attn.common.validate import seed_value, whole_number
 from attn.window import ModelAttention
 
 EMBED_DIM, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 4, 2, 8
@@ -65,6 +66,9 @@ def _randomise(module, generator):
 def reference_layers(length=24, window=5, seed=0):
     """Mistral (one sliding layer), Gemma 3 (five local layers and one global) and gpt-oss (one
     sliding and one full layer), as a list of ReferenceCase on one input x (2, length, 32)."""
+    length = whole_number("length", length, minimum=1, maximum=4096)
+    window = whole_number("window", window, minimum=1, maximum=2**31 - 1)
+    seed = seed_value(seed)
     os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may be downloaded
     from transformers import Gemma3TextConfig, GptOssConfig, MistralConfig
     from transformers.models.gemma3.modeling_gemma3 import Gemma3Attention, Gemma3RotaryEmbedding

@@ -27,8 +27,10 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from attn.common.arguments import MAX_STEPS, steps_argument, whole_number_argument
 from attn.common.destinations import folder_argument, write_text
-from attn.common.validate import positive_int
+from attn.common.layer_checks import check_parameters, check_sequence
+from attn.common.validate import positive_int, require_choice, require_finite, type_name, whole_number
 from attn.latent import LatentAttention
 from attn.linear import gated_delta_rule_chunked
 from attn.models.recall import make_recall_data
@@ -53,6 +55,10 @@ class GatedDeltaMixer(nn.Module):
 
     def __init__(self, embed_dim, num_heads):
         super().__init__()
+        embed_dim, num_heads = positive_int("embed_dim", embed_dim), positive_int("num_heads", num_heads)
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+        check_parameters(f"GatedDeltaMixer(embed_dim={embed_dim})", 4 * embed_dim * embed_dim + 2 * num_heads * embed_dim)
         self.num_heads = num_heads
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=False)
         self.rates = nn.Linear(embed_dim, 2 * num_heads)
@@ -61,6 +67,8 @@ class GatedDeltaMixer(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim)
 
     def forward(self, x):
+        check_sequence("x", x, self.qkv.in_features, self.qkv.weight)
+        require_finite("x", x)
         heads = self.qkv(x).unflatten(-1, (3, self.num_heads, -1)).permute(2, 0, 3, 1, 4)  # (3, B, H, T, d)
         q, k, v = heads[0], heads[1], heads[2]
         q = functional.normalize(q, dim=-1) / q.shape[-1] ** 0.5
@@ -81,6 +89,9 @@ class AttentionMixer(nn.Module):
         return self.attention(x, x, x, is_causal=True)
 
 
+MIXER_KINDS = ("mha", "gqa", "mqa", "mla", "full", "delta")
+
+
 def make_mixer(kind):
     """One token mixer by name, at the course's sizes (E = 32, H = 4, d = 8)."""
     if kind in ("mha", "full"):
@@ -98,6 +109,7 @@ def make_mixer(kind):
 
 def cache_numbers_per_token(kind):
     """Numbers one layer caches per token (a delta layer: 0 per token, its fixed H x d_k x d_v memory instead)."""
+    require_choice("kind", kind, MIXER_KINDS)
     return {"mha": 2 * HEADS * HEAD_DIM, "full": 2 * HEADS * HEAD_DIM, "gqa": 2 * 2 * HEAD_DIM, "mqa": 2 * HEAD_DIM,
             "mla": 14 + 2, "delta": 0}[kind]
 
@@ -107,6 +119,12 @@ class RecallStack(nn.Module):
 
     def __init__(self, kinds, n_keys, n_values):
         super().__init__()
+        if not isinstance(kinds, list | tuple) or not kinds:
+            raise TypeError(f"kinds must be a non-empty list of mixer names ({', '.join(MIXER_KINDS)}), got {type_name(kinds)}")
+        for kind in kinds:
+            require_choice("each of kinds", kind, MIXER_KINDS)
+        n_keys, n_values = positive_int("n_keys", n_keys), positive_int("n_values", n_values)
+        check_parameters(f"RecallStack(n_keys={n_keys}, n_values={n_values})", (n_keys + 2 * n_values) * EMBED)
         self.key_embedding = nn.Embedding(n_keys, EMBED)
         self.value_embedding = nn.Embedding(n_values, EMBED)
         self.norms = nn.ModuleList(nn.LayerNorm(EMBED) for _ in kinds)
@@ -124,6 +142,10 @@ class RecallStack(nn.Module):
 
 def train_and_test(kinds, task, seed, steps=STEPS):
     """Train a RecallStack of ``kinds`` on ``task`` with ``seed``; returns (held-out accuracy, parameter count)."""
+    if not isinstance(task, dict) or not {"n_keys", "n_values"} <= set(task):
+        raise TypeError(f"task must be a dict of n_keys, n_values and n_pairs (make_recall_data's sizes), got {type_name(task)}")
+    whole_number("seed", seed, minimum=0, maximum=2**62)
+    whole_number("steps", steps, minimum=1, maximum=MAX_STEPS)
     torch.manual_seed(seed)
     model = RecallStack(kinds, task["n_keys"], task["n_values"])
     train_data = make_recall_data(TRAIN_EXAMPLES, seed=seed, **task)
@@ -165,18 +187,8 @@ def run_all(out, seeds=SEEDS, steps=STEPS, progress=print):
 
 
 
-def _seed_count(text):
-    try:
-        return positive_int("--seeds", int(text))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"--seeds must be a positive whole number, got {text!r}") from error
 
-
-def _step_count(text):
-    try:
-        return positive_int("--steps", int(text))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"--steps must be a positive whole number, got {text!r}") from error
+SEEDS_ARGUMENT = whole_number_argument("--seeds", 1, 1000, "each seed trains every arm again")
 
 
 def main(argv=None):
@@ -184,8 +196,8 @@ def main(argv=None):
         prog="python -m attn.models.compressed_recall",
         description="Train lesson 15's recall comparisons (cache: MHA, GQA, MQA, MLA; hybrid: delta and full stacks).")
     parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
-    parser.add_argument("--seeds", type=_seed_count, default=len(SEEDS), help="how many seeds, 0, 1, ... (default 5)")
-    parser.add_argument("--steps", type=_step_count, default=STEPS, help=f"training steps per run (default {STEPS})")
+    parser.add_argument("--seeds", type=SEEDS_ARGUMENT, default=len(SEEDS), help="how many seeds, 0, 1, ... (default 5)")
+    parser.add_argument("--steps", type=steps_argument(), default=STEPS, help=f"training steps per run (default {STEPS})")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     run_all(args.out, seeds=tuple(range(args.seeds)), steps=args.steps)

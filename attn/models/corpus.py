@@ -23,8 +23,8 @@ becomes one UTF-8 text file, one paragraph per line, in a folder that git ignore
 """
 
 import argparse
-import gzip
 import io
+import lzma
 import re
 import shutil
 import struct
@@ -55,6 +55,10 @@ NILSXP, SYMSXP, LISTSXP, CHARSXP, LGLSXP, INTSXP, REALSXP, STRSXP, VECSXP = 0, 1
 REFSXP, NILVALUE_SXP = 255, 254
 HAS_ATTRIBUTES, HAS_TAG = 1 << 9, 1 << 10
 LATIN1_MASK = 1 << 2
+# The package's files are about 1.6 MB packed and 5 MB unpacked; anything announcing far more is damaged or crafted,
+# and is refused before it is unpacked (a few hundred bytes of zlib can claim gigabytes).
+LARGEST_UNPACKED = 64 * 2**20
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 class _XDRReader:
@@ -64,6 +68,8 @@ class _XDRReader:
         self.data, self.position, self.references = data, 0, []
 
     def take(self, count):
+        if count < 0:
+            raise ValueError(f"the R serialisation announces a length of {count} bytes: the file is damaged")
         if self.position + count > len(self.data):
             raise ValueError("the R serialisation ends in the middle of an item: the file is damaged")
         chunk = self.data[self.position:self.position + count]
@@ -77,7 +83,11 @@ class _XDRReader:
         value = self.integer()
         if value == -1:  # a long vector: the length follows as two 32-bit halves
             upper, lower = self.integer(), self.integer()
-            value = (upper << 32) + lower
+            value = (upper << 32) + (lower & 0xFFFFFFFF)
+        if value < 0:
+            raise ValueError(f"the R serialisation announces a vector of {value} items: the file is damaged")
+        if value > len(self.data) - self.position:  # every item takes at least a byte
+            raise ValueError(f"the R serialisation ends in the middle of an item: {value:,} items announced, more than it holds")
         return value
 
     def header(self):
@@ -98,7 +108,7 @@ class _XDRReader:
             return None
         if kind == REFSXP:  # an object seen before, by its place in the reference table
             index = flags >> 8 or self.integer()
-            return self.references[index - 1]
+            return self.references[self._checked(index)]
         if kind == SYMSXP:
             name = self.item()
             self.references.append(name)
@@ -118,10 +128,25 @@ class _XDRReader:
             raise ValueError(f"R object type {kind} is not one this reader knows (the file holds something unexpected)")
         values = readers[kind](self.length())
         if flags & HAS_ATTRIBUTES:
-            names = self.item().get("names")  # attributes: a pairlist read as a dict
+            names = self._names(self.item(), values)  # attributes: a pairlist
             if names is not None and kind == VECSXP:
                 return dict(zip(names, values, strict=True))
         return values
+
+    def _checked(self, index):
+        """The place in the reference table of object ``index`` (1-based), which must have been defined."""
+        if not 1 <= index <= len(self.references):
+            raise ValueError(f"the R serialisation refers to object {index}, which it never defined: the file is damaged")
+        return index - 1
+
+    @staticmethod
+    def _names(attributes, values):
+        """The "names" attribute (a list of str, one per item of ``values``), or None when there is none."""
+        names = attributes.get("names") if isinstance(attributes, dict) else None
+        if names is not None and (not isinstance(names, list) or len(names) != len(values)
+                                  or not all(isinstance(name, str) for name in names)):
+            raise ValueError("an R list's names do not match its items: the file is damaged")
+        return names
 
     def _pairlist(self, flags):
         """A pairlist (R's linked list, here attributes) as a dict: tag -> value."""
@@ -130,6 +155,8 @@ class _XDRReader:
             if flags & HAS_ATTRIBUTES:
                 self.item()
             tag = self.item() if flags & HAS_TAG else len(result)
+            if not isinstance(tag, str | int | type(None)):
+                raise ValueError("an R pairlist has a tag that is not a name: the file is damaged")
             result[tag] = self.item()
             flags = self.integer()
             if flags & 0xFF == NILVALUE_SXP:
@@ -142,51 +169,130 @@ class _XDRReader:
         if size == -1:
             return None  # NA_character_
         raw = self.take(size)
-        return raw.decode("latin-1" if flags >> 12 & LATIN1_MASK else "utf-8")
+        try:
+            return raw.decode("latin-1" if flags >> 12 & LATIN1_MASK else "utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("an R string is not valid UTF-8: the file is damaged") from None
 
 
 def read_r_object(data):
-    """One R object from the bytes of an XDR serialisation (version 2 or 3)."""
-    reader = _XDRReader(data)
+    """One R object from the bytes of an XDR serialisation (version 2 or 3); ValueError if they are not one."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    reader = _XDRReader(bytes(data))
     reader.header()
-    return reader.item()
+    try:
+        return reader.item()
+    except RecursionError:
+        raise ValueError("the R serialisation nests objects thousands deep: the file is damaged or crafted") from None
+
+
+def inflate(data, wbits, what, announced=None):
+    """``data`` unpacked by zlib (``wbits``: 15 zlib, 31 gzip), never more than ``announced`` or 64 MB; else ValueError."""
+    if not isinstance(data, bytes | bytearray):
+        raise TypeError(f"data must be bytes (a compressed stream), got {type(data).__name__}")
+    if wbits not in (15, 31) or isinstance(wbits, bool):
+        raise ValueError(f"wbits must be 15 (zlib) or 31 (gzip), got {wbits!r:.40}")
+    if not isinstance(what, str) or announced is not None and (type(announced) is not int or announced < 0):
+        raise ValueError(f"what must name the stream (text) and announced be None or a whole number of bytes, 0 or "
+                         f"more, got {type(what).__name__}, {announced!r:.40}")
+    limit = LARGEST_UNPACKED if announced is None else announced
+    if limit > LARGEST_UNPACKED:
+        raise ValueError(f"{what} announces {limit:,} bytes unpacked, far more than the package holds: the file is damaged")
+    unpacker = zlib.decompressobj(wbits)
+    try:
+        unpacked = unpacker.decompress(data, limit + 1)
+    except zlib.error as error:
+        raise ValueError(f"{what} is not a complete zlib stream ({error}): the file is damaged") from None
+    if len(unpacked) > limit:
+        raise ValueError(f"{what} unpacks to more than the {limit:,} bytes announced: the file is damaged")
+    if not unpacker.eof:
+        raise ValueError(f"{what} ends before its compressed stream does: the file is truncated")
+    if announced is not None and len(unpacked) != announced:
+        raise ValueError(f"{what}: {len(unpacked):,} bytes unpacked where the file announces {announced:,}")
+    return unpacked
 
 
 def read_lazy_load(rdx_bytes, rdb_bytes):
     """Every variable of an R lazy-load database: dict name -> object (here: novel -> list of lines)."""
-    index = read_r_object(gzip.decompress(rdx_bytes) if rdx_bytes[:2] == b"\x1f\x8b" else zlib.decompress(rdx_bytes[4:]))
+    for name, value in (("rdx_bytes", rdx_bytes), ("rdb_bytes", rdb_bytes)):
+        if not isinstance(value, bytes | bytearray):
+            raise TypeError(f"{name} must be bytes (the file's contents), got {type(value).__name__}")
+    gzipped = rdx_bytes[:2] == b"\x1f\x8b"
+    index = read_r_object(inflate(rdx_bytes if gzipped else rdx_bytes[4:], 31 if gzipped else 15, "the index (Rdata.rdx)"))
+    variables_index = index.get("variables") if isinstance(index, dict) else None
+    if not isinstance(variables_index, dict):
+        raise ValueError("the index (Rdata.rdx) has no table of variables: is it an R lazy-load database?")
     variables = {}
-    for name, (offset, length) in index["variables"].items():
+    for name, place in variables_index.items():
+        if not (isinstance(place, list) and len(place) == 2 and all(isinstance(n, int) and n >= 0 for n in place)):
+            raise ValueError(f"{name}: the index gives {str(place)[:40]} where an (offset, length) pair should be")
+        offset, length = place
         chunk = rdb_bytes[offset:offset + length]
+        if length < 4 or len(chunk) != length:
+            raise ValueError(f"{name}: the index points outside Rdata.rdb (offset {offset}, length {length}): it is damaged")
         expected = struct.unpack(">I", chunk[:4])[0]  # the serialisation's length, then its zlib stream
-        data = zlib.decompress(chunk[4:])
-        if len(data) != expected:
-            raise ValueError(f"{name}: {len(data)} bytes decompressed where the file announces {expected}")
-        variables[name] = read_r_object(data)
+        variables[name] = read_r_object(inflate(chunk[4:], 15, name, announced=expected))
     return variables
 
 
 def deb_member(deb_bytes, suffix):
     """The bytes of the file whose path ends with ``suffix`` inside a .deb (an ar archive holding data.tar.*)."""
+    if not isinstance(deb_bytes, bytes | bytearray):
+        raise TypeError(f"deb_bytes must be bytes (the .deb file's contents), got {type(deb_bytes).__name__}")
     if deb_bytes[:8] != b"!<arch>\n":
         raise ValueError("this is not a .deb file (a Debian package starts with '!<arch>')")
     position = 8
     while position + 60 <= len(deb_bytes):
-        name = deb_bytes[position:position + 16].decode().strip().rstrip("/")
-        size = int(deb_bytes[position + 48:position + 58].decode().strip())
+        name = deb_bytes[position:position + 16].decode("latin-1").strip().rstrip("/")
+        size_field = deb_bytes[position + 48:position + 58].decode("latin-1").strip()
+        if not size_field.isdigit() or not size_field.isascii():
+            raise ValueError(f"the .deb's member {name!r} has the size {size_field!r}, not a number: the file is damaged")
+        size = int(size_field)
         body = deb_bytes[position + 60:position + 60 + size]
+        if len(body) != size:
+            raise ValueError(f"the .deb's member {name!r} announces {size:,} bytes but the file ends first: it is truncated")
         position += 60 + size + size % 2  # members are aligned to even offsets
         if name.startswith("data.tar"):
-            with tarfile.open(fileobj=io.BytesIO(body)) as archive:
-                for member in archive.getmembers():
-                    if member.name.lstrip("./").endswith(suffix):
-                        return archive.extractfile(member).read()
-            raise ValueError(f"the package holds no file ending in {suffix}: is it {PACKAGE}?")
+            return _tar_member(name, body, suffix)
     raise ValueError("the .deb holds no data.tar member: the file is damaged or not a Debian package")
+
+
+def _tar_member(name, body, suffix):
+    """The file ending in ``suffix`` in the .deb's ``data.tar.*`` member ``body``; ValueError if there is none."""
+    if name.endswith(".zst") or body[:4] == ZSTD_MAGIC:
+        body = _unzstd(name, body)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(body)) as archive:
+            for member in archive:
+                if member.name.lstrip("./").endswith(suffix) and member.isfile():
+                    if member.size > LARGEST_UNPACKED:
+                        raise ValueError(f"{member.name} announces {member.size:,} bytes, far more than the package holds")
+                    return archive.extractfile(member).read()
+    except (tarfile.TarError, EOFError, zlib.error, OSError, lzma.LZMAError) as error:
+        raise ValueError(f"the .deb's {name} is not a readable tar archive ({type(error).__name__}: {error})") from None
+    raise ValueError(f"the package holds no file ending in {suffix}: is it {PACKAGE}?")
+
+
+def _unzstd(name, body):
+    """``body`` unpacked from Zstandard with the ``zstd`` tool, or a sentence saying how to read it."""
+    tool = shutil.which("zstd")
+    if tool is None:
+        raise ValueError(
+            f"the .deb's {name} is compressed with Zstandard (as Ubuntu's packages are since 21.10), which Python's "
+            "standard library cannot unpack; install the zstd tool (apt-get install zstd) and run again, or use "
+            f"Debian's {PACKAGE} .deb (packed with xz) from https://packages.debian.org/stable/{PACKAGE}"
+        )
+    done = subprocess.run([tool, "-d", "-c", "-q"], input=body, capture_output=True, check=False)
+    if done.returncode != 0 or len(done.stdout) > LARGEST_UNPACKED:
+        raise ValueError(f"the .deb's {name} could not be unpacked by zstd: the file is damaged")
+    return done.stdout
 
 
 def paragraphs(lines):
     """The novel's lines (hard-wrapped, blank between paragraphs) -> paragraphs, italics underscores dropped."""
+    if not isinstance(lines, list | tuple) or not all(line is None or isinstance(line, str) for line in lines):
+        raise TypeError(f"lines must be a list of str (None for a missing line), got {type(lines).__name__}")
     result, current = [], []
     for line in lines:
         line = (line or "").strip()
@@ -227,7 +333,11 @@ def download_deb(folder):
 
 def write_corpus(novels, folder):
     """One UTF-8 file per novel, ``folder``/<name>.txt; returns the paths."""
-    folder = Path(folder)
+    from attn.common.destinations import output_folder
+
+    if not isinstance(novels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in novels.items()):
+        raise TypeError(f"novels must be a dict of name -> text (str), got {type(novels).__name__}")
+    folder = output_folder(folder, [f"{name}.txt" for name in novels], example="data/austen")
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in novels.items():
@@ -245,6 +355,12 @@ def austen(directory=None):
     """
     if directory is not None and not isinstance(directory, str | Path):
         raise TypeError(f"directory must be None or a path (str or pathlib.Path), got {type(directory).__name__}")
+    if directory is not None:
+        from attn.common.destinations import name_problem
+
+        problem = name_problem(directory)
+        if problem is not None:
+            raise ValueError(f"directory: {problem}")
     folder = CORPUS_FOLDER if directory is None else Path(directory)
     missing = [name for name in TITLES if not (folder / f"{name}.txt").is_file()]
     if missing:
@@ -269,6 +385,11 @@ def _output_folder(text):
 
 
 def _deb_file(text):
+    from attn.common.destinations import name_problem
+
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     path = Path(text)
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{path} is not a file; give the path of {PACKAGE}'s .deb")
@@ -288,7 +409,7 @@ def main(argv=None):
         deb = args.deb or download_deb(scratch)
         try:
             novels = novels_from_deb(Path(deb).read_bytes())
-        except (ValueError, OSError, tarfile.TarError, zlib.error, struct.error) as error:
+        except (ValueError, OSError) as error:
             raise SystemExit(f"{deb} could not be read as {PACKAGE}: {error}") from None
     for path, (name, text) in zip(write_corpus(novels, args.out), novels.items(), strict=True):
         print(f"{path}: {TITLES[name]}, {len(text):,} characters, {text.count(chr(10)):,} paragraphs")

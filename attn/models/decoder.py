@@ -14,10 +14,20 @@ from torch import nn
 from attn.block import TransformerBlock
 from attn.common.layer_checks import check_parameters
 from attn.common.sizes import check_allocation
-from attn.common.validate import is_whole_number, positive_int, positive_number, require_tensor, type_name, whole_count
+from attn.common.validate import (
+    is_whole_number,
+    positive_int,
+    positive_number,
+    require_tensor,
+    type_name,
+    whole_count,
+    whole_number,
+)
 from attn.kvcache import KVCache
 from attn.ring_cache import RingKVCache
 from attn.sampling import check_sampling, sample_next
+
+MAX_LAYERS = 100_000  # more blocks than any model has
 
 
 def counting_sequences(length, vocab_size=10):
@@ -51,6 +61,8 @@ class Decoder(nn.Module):
         self.vocab_size, self.max_length = positive_int("vocab_size", vocab_size), positive_int("max_length", max_length)
         embed_dim = positive_int("embed_dim", embed_dim)  # checked here, before nn.Embedding sees it
         num_layers, ratio = positive_int("num_layers", num_layers), mlp_ratio if isinstance(mlp_ratio, numbers.Real) else 4
+        if window is None and not (isinstance(sink_tokens, numbers.Integral) and sink_tokens == 0):
+            raise ValueError(f"sink_tokens={sink_tokens!r} needs a window: without one every key is visible already")
         per_block = 4 * embed_dim * embed_dim + 2 * abs(ratio) * embed_dim * embed_dim  # attention, MLP (weights)
         size = (2 * self.vocab_size + self.max_length) * embed_dim + num_layers * int(per_block)
         check_parameters(f"Decoder(vocab_size={self.vocab_size}, embed_dim={embed_dim}, num_layers={num_layers})", size)
@@ -82,6 +94,8 @@ class Decoder(nn.Module):
 
 def new_cache(attention):
     """The cache an attention layer needs: a RingKVCache of its window and sinks if it has a window, else a KVCache."""
+    if not (isinstance(attention, nn.Module) and hasattr(attention, "window") and hasattr(attention, "sink_tokens")):
+        raise TypeError(f"attention must be an attn.MultiHeadAttention (a block's .attention), got {type_name(attention)}")
     if attention.window is None:
         return KVCache()
     return RingKVCache(attention.window, attention.sink_tokens)
@@ -89,6 +103,7 @@ def new_cache(attention):
 
 def check_layer_types(layer_types, num_layers, window):
     """``layer_types`` as a tuple of num_layers strings, "local" or "global" (default from ``window``)."""
+    num_layers = whole_number("num_layers", num_layers, minimum=1, maximum=MAX_LAYERS)
     if layer_types is None:
         return ("global" if window is None else "local",) * num_layers
     if not isinstance(layer_types, list | tuple) or not all(isinstance(kind, str) for kind in layer_types):
@@ -235,6 +250,11 @@ def check_decoder_call(model, tokens, caches):
 
 def check_room(model, length, what):
     """ValueError if ``length`` positions do not fit the model's learned position embeddings."""
+    if not isinstance(model, Decoder) and not _decoder_like(model):
+        raise TypeError(f"model must be an attn.models.decoder.Decoder, got {type_name(model)}")
+    whole_count("length", length)
+    if not isinstance(what, str):
+        raise TypeError(f"what must be text saying what the length counts, got {type_name(what)}")
     if length > model.max_length:
         raise ValueError(
             f"{what} = {length} is more than the model's max_length = {model.max_length}: "

@@ -20,12 +20,15 @@ perplexity, the baselines and the provenance). ``load()`` reads the files shippe
 The training, its data and the command line live in ``attn.models.lm_training``.
 """
 
+import math
+import numbers
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from attn.block import TransformerBlock
+from attn.common.layer_checks import check_parameters
 from attn.common.validate import positive_int, type_name
 from attn.kvcache import KVCache
 from attn.models.corpus import REPOSITORY_ROOT
@@ -84,11 +87,16 @@ class AustenLM(nn.Module):
         self.vocab_size = positive_int("vocab_size", vocab_size)
         self.context_length = positive_int("context_length", context_length)
         self.max_length = MAX_LENGTH
-        embed_dim = positive_int("embed_dim", embed_dim)
+        embed_dim, num_layers = positive_int("embed_dim", embed_dim), positive_int("num_layers", num_layers)
+        ratio = mlp_ratio if isinstance(mlp_ratio, numbers.Real) and not isinstance(mlp_ratio, bool) else 4
+        ratio = ratio if math.isfinite(ratio) else 4  # the block says what is wrong with it
+        per_block = 4 * embed_dim * embed_dim + 2 * abs(ratio) * embed_dim * embed_dim  # attention, MLP (weights)
+        check_parameters(f"AustenLM(vocab_size={self.vocab_size}, embed_dim={embed_dim}, num_layers={num_layers})",
+                         self.vocab_size * embed_dim + num_layers * int(min(per_block, 2**62)))
         self.token_embedding = nn.Embedding(self.vocab_size, embed_dim)
         self.blocks = nn.ModuleList(
             TransformerBlock(embed_dim, num_heads, mlp_ratio, dropout=dropout, rotary_base=ROTARY_BASE)
-            for _ in range(positive_int("num_layers", num_layers))
+            for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(embed_dim)
         self.readout = nn.Linear(embed_dim, self.vocab_size, bias=False)
@@ -130,6 +138,9 @@ def _initialise(module):
 def model_arguments(config):
     """The AustenLM arguments of a training configuration."""
     names = ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "dropout")
+    if not isinstance(config, dict) or not set(names) <= set(config):
+        raise TypeError(f"config must be a training configuration (a dict such as attn.lm.SIZES['full']), "
+                        f"got {type_name(config)}")
     return {name: config[name] for name in names}
 
 

@@ -25,7 +25,14 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import write_text
-from attn.common.validate import type_name
+from attn.common.validate import (
+    positive_int,
+    require_computable,
+    require_floating,
+    require_token_ids,
+    type_name,
+    whole_number,
+)
 from attn.models.corpus import TITLES, austen
 from attn.models.llama import LlamaLM
 from attn.models.lm import HELD_OUT, AustenLM, load
@@ -62,6 +69,11 @@ def _check_weights(weights):
     if not isinstance(weights, torch.Tensor) or weights.dim() != 5 or weights.shape[-1] != weights.shape[-2]:
         shape = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type_name(weights)
         raise ValueError(f"weights must be a tensor (L, B, H, T, T), as model(tokens, need_weights=True) gives, got {shape}")
+    require_computable("weights", weights)
+    require_floating("weights", weights)
+    if 0 in weights.shape[:3] or weights.shape[-1] < 2:
+        raise ValueError(f"weights {tuple(weights.shape)} hold no query after the first to average over: these measures "
+                         "need at least one layer, sequence and head, and T >= 2 positions")
     return weights
 
 
@@ -105,6 +117,7 @@ def ablate_heads(model, heads):
 
 def without_first_token(length):
     """Keep-mask (T, T): every query may attend to every key but the first, except the first query itself."""
+    length = whole_number("length", length, minimum=1, maximum=2**16)
     keep = torch.ones(length, length, dtype=torch.bool)
     keep[1:, 0] = False
     return keep
@@ -113,6 +126,12 @@ def without_first_token(length):
 @torch.no_grad()
 def window_losses(model, inputs, targets, mask=None):
     """Mean next-token loss (nats) over ``inputs``, ``targets`` (W, T), with an optional keep-mask (T, T)."""
+    _check_model(model)
+    require_token_ids("inputs", inputs, 2)
+    require_token_ids("targets", targets, 2)
+    if inputs.shape != targets.shape or 0 in inputs.shape:
+        raise ValueError(f"inputs and targets must both be (W, T) with W, T >= 1, got {tuple(inputs.shape)}, "
+                         f"{tuple(targets.shape)}")
     logits = model(inputs, mask=mask)  # (W, T, V)
     return functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
 
@@ -150,6 +169,13 @@ def copy_losses(model, passages):
     The first copy's targets are positions 1 .. P - 1; the second copy's P + 1 .. 2P - 1 (its first token
     cannot be foreseen from the first copy, so it is left out, as the first copy's first token is).
     """
+    _check_model(model)
+    if not isinstance(passages, torch.Tensor) or passages.dim() != 2 or passages.is_floating_point() or (
+            passages.dtype == torch.bool):
+        raise TypeError(f"passages must be a 2-D tensor of token ids (B, 2P), got {type_name(passages)}")
+    if passages.shape[0] == 0 or passages.shape[1] < 4 or passages.shape[1] % 2:
+        raise ValueError(f"passages must be (B, 2P) with B >= 1 and an even length 2P >= 4 (each copy needs a token after "
+                         f"its first), got {tuple(passages.shape)}")
     length = passages.shape[1] // 2
     logits = model(passages[:, :-1])  # (B, 2P - 1, V)
     losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
@@ -168,6 +194,10 @@ def copy_losses_by_passage(model, passages):
 
 def repeated_passages(tokens, count=PASSAGES, length=PASSAGE_LENGTH):
     """(count, 2 length): consecutive passages of ``tokens`` (N,), each followed by itself."""
+    require_token_ids("tokens", tokens, 1)
+    count, length = positive_int("count", count), positive_int("length", length)
+    if count * length > len(tokens):
+        raise ValueError(f"{count} passages of {length} tokens need {count * length} tokens, got {len(tokens)}")
     passages = tokens[:count * length].view(count, length)
     return torch.cat((passages, passages), dim=1)
 
@@ -180,6 +210,9 @@ def _rounded(table):
 def measure(model, held_out_tokens, windows=PROBE_WINDOWS, passages=PASSAGES, passage_length=PASSAGE_LENGTH):
     """Every measure of this module on held-out tokens (N,): a dict ready for JSON."""
     _check_model(model)
+    windows, passages = positive_int("windows", windows), positive_int("passages", passages)
+    if positive_int("passage_length", passage_length) < 2:
+        raise ValueError(f"passage_length must be at least 2 (a copy needs a token after its first), got {passage_length}")
     _check_tokens(held_out_tokens, max(model.context_length * windows, 2 * passage_length * passages) + 1)
     inputs, targets = held_out_windows(held_out_tokens, model.context_length, windows)  # (W, T) each
     _, weights = model(inputs, need_weights=True)  # (L, W, H, T, T)
@@ -211,8 +244,12 @@ def measure(model, held_out_tokens, windows=PROBE_WINDOWS, passages=PASSAGES, pa
 
 
 def _model_folder(text):
+    from attn.common.destinations import name_problem
     from attn.models.lm import TOKENIZER_NAME, WEIGHTS_NAME
 
+    problem = name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     folder = Path(text)
     missing = [name for name in (WEIGHTS_NAME, TOKENIZER_NAME) if not (folder / name).is_file()]
     if missing:

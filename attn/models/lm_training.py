@@ -15,7 +15,17 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_argument, write_text
+from attn.common.arguments import steps_argument, threads_argument, whole_number_argument
+from attn.common.destinations import file_problem, folder_argument, output_folder, write_text
+from attn.common.sizes import check_allocation
+from attn.common.validate import (
+    positive_int,
+    require_module,
+    require_token_ids,
+    seed_value,
+    type_name,
+    whole_count,
+)
 from attn.models.corpus import TITLES, austen
 from attn.models.lm import (
     CHECKPOINT_NAME,
@@ -28,6 +38,14 @@ from attn.models.lm import (
     AustenLM,
     model_arguments,
 )
+from attn.models.lm_checks import (
+    _check_state,
+    _corpus_folder_argument,
+    _corpus_or_error,
+    check_config,
+    check_counting,
+    load_checkpoint,
+)
 from attn.models.tokenizer import train_tokenizer
 
 BIGRAM_PRIOR = 4.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution
@@ -35,16 +53,29 @@ BIGRAM_PRIOR = 4.0  # the bigram baseline's pseudo-counts, spread as the unigram
 
 def split_novels(novels):
     """(training texts, held-out text): every novel but HELD_OUT, and HELD_OUT."""
+    if not isinstance(novels, dict) or HELD_OUT not in novels or not all(isinstance(t, str) for t in novels.values()):
+        raise TypeError(f"novels must be a dict of name -> text holding {HELD_OUT!r}, as attn.corpus.austen() gives")
     return [text for name, text in novels.items() if name != HELD_OUT], novels[HELD_OUT]
 
 
 def token_tensor(tokenizer, texts):
     """One int64 tensor (N,) of the texts' tokens, one text after another."""
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer must be an attn.models.tokenizer.Tokenizer, got {type_name(tokenizer)}")
+    if not isinstance(texts, list | tuple) or not all(isinstance(text, str) for text in texts):
+        raise TypeError(f"texts must be a list of str, got {type_name(texts)}")
     return torch.tensor([token for text in texts for token in tokenizer.encode(text)], dtype=torch.long)
 
 
 def random_batch(tokens, batch_size, length, generator):
     """Inputs and targets (B, length), windows starting at random places of ``tokens`` (N,)."""
+    require_token_ids("tokens", tokens, 1)
+    batch_size, length = positive_int("batch_size", batch_size), positive_int("length", length)
+    if length >= len(tokens):
+        raise ValueError(f"windows of {length} tokens need more than {length} tokens, got {len(tokens)}")
+    check_allocation(f"a batch of {batch_size} x {length + 1} tokens", 16 * batch_size * (length + 1))
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type_name(generator)}")
     starts = torch.randint(0, len(tokens) - length, (batch_size,), generator=generator)  # (B,)
     offsets = torch.arange(length + 1)  # (length + 1,)
     windows = tokens[starts[:, None] + offsets]  # (B, length + 1)
@@ -53,6 +84,11 @@ def random_batch(tokens, batch_size, length, generator):
 
 def held_out_windows(tokens, length, count=None):
     """Non-overlapping windows of ``tokens`` (N,): inputs and targets (W, length); the first ``count`` or all."""
+    require_token_ids("tokens", tokens, 1)
+    length = positive_int("length", length)
+    count = None if count is None else positive_int("count", count)
+    if len(tokens) <= length:
+        raise ValueError(f"a window of {length} tokens and its targets need more than {length} tokens, got {len(tokens)}")
     total = (len(tokens) - 1) // length
     count = total if count is None else min(count, total)
     inputs = tokens[:count * length].view(count, length)
@@ -63,6 +99,12 @@ def held_out_windows(tokens, length, count=None):
 @torch.no_grad()
 def mean_loss(model, inputs, targets, batch_size=32):
     """Mean next-token cross-entropy in nats over every target of ``inputs``, ``targets`` (W, T)."""
+    require_module("model", model)
+    require_token_ids("inputs", inputs, 2)
+    require_token_ids("targets", targets, 2)
+    if inputs.shape != targets.shape or targets.numel() == 0:
+        raise ValueError(f"inputs and targets must both be (W, T), not empty, got {tuple(inputs.shape)}, {tuple(targets.shape)}")
+    batch_size = positive_int("batch_size", batch_size)
     total = 0.0
     for start in range(0, len(inputs), batch_size):
         logits = model(inputs[start:start + batch_size])  # (b, T, V)
@@ -77,6 +119,7 @@ def baselines(train_tokens, held_out_tokens, vocab_size):
     Unigram: token frequencies with one pseudo-count each (so no token has probability 0).
     Bigram: P(b | a) = (count(a, b) + BIGRAM_PRIOR * P_unigram(b)) / (count(a) + BIGRAM_PRIOR).
     """
+    check_counting(train_tokens, held_out_tokens, vocab_size)
     counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
     unigram = counts / counts.sum()  # (V,)
     pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
@@ -92,6 +135,8 @@ def baselines(train_tokens, held_out_tokens, vocab_size):
 
 def learning_rate_at(step, config):
     """Linear warm-up over warmup_steps, then a cosine fall to a tenth of the peak at the last step."""
+    check_config(config)
+    whole_count("step", step)
     peak, warmup, steps = config["learning_rate"], config["warmup_steps"], config["steps"]
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -101,6 +146,8 @@ def learning_rate_at(step, config):
 
 def make_optimizer(model, config):
     """AdamW, with weight decay on the weight matrices only (not on biases, norms)."""
+    require_module("model", model)
+    check_config(config)
     matrices = [p for p in model.parameters() if p.dim() >= 2]
     others = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": matrices, "weight_decay": config["weight_decay"]}, {"params": others, "weight_decay": 0.0}]
@@ -111,11 +158,19 @@ class Progress:
     """One line that updates itself: step, loss, tokens per second, time left (plain lines when not a terminal)."""
 
     def __init__(self, total, start_step, stream=None):
+        total, start_step = positive_int("total", total), whole_count("start_step", start_step)
+        if stream is not None and not (callable(getattr(stream, "write", None)) and callable(getattr(stream, "isatty", None))):
+            raise TypeError(f"stream must be a text stream (such as sys.stderr or io.StringIO()), got {type_name(stream)}")
         self.total, self.stream = total, stream or sys.stderr
         self.started, self.start_step = time.perf_counter(), start_step
         self.interactive = self.stream.isatty()
 
     def show(self, step, loss, tokens_per_step, held_out=None):
+        whole_count("step", step)
+        whole_count("tokens_per_step", tokens_per_step)
+        for name, value in (("loss", loss), ("held_out", held_out)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise TypeError(f"{name} must be a number, got {type_name(value)}")
         elapsed = time.perf_counter() - self.started
         done = step - self.start_step
         rate = done * tokens_per_step / elapsed if elapsed > 0 else 0.0
@@ -143,6 +198,7 @@ def _minutes(seconds):
 
 def prepare(config, corpus=None):
     """Tokenizer trained on the training novels, and the training and held-out tokens (N,), (M,)."""
+    check_config(config)
     novels = austen(corpus)
     training_texts, held_out_text = split_novels(novels)
     tokenizer = train_tokenizer(training_texts, config["vocab_size"])
@@ -151,6 +207,8 @@ def prepare(config, corpus=None):
 
 def new_state(config):
     """The seeded start: model, optimizer, batch generator, step 0, empty curve."""
+    check_config(config)
+    seed_value(config["seed"])
     torch.manual_seed(config["seed"])
     model = AustenLM(**model_arguments(config))
     generator = torch.Generator().manual_seed(config["seed"])
@@ -160,6 +218,12 @@ def new_state(config):
 
 
 def save_checkpoint(path, state, config):
+    """The training ``state`` and its ``config`` into the file ``path`` (read back by load_checkpoint)."""
+    _check_state(state)
+    check_config(config)
+    problem = file_problem(path) if isinstance(path, str | Path) else f"path must be a file's path, got {type_name(path)}"
+    if problem is not None:
+        raise ValueError(problem)
     torch.save({
         "config": config, "model": state["model"].state_dict(), "optimizer": state["optimizer"].state_dict(),
         "generator": state["generator"].get_state(), "rng": torch.get_rng_state(), "step": state["step"],
@@ -169,10 +233,10 @@ def save_checkpoint(path, state, config):
 
 
 def resume_state(path, config):
-    """The state saved at ``path``, or a SystemExit sentence if it was trained with other settings."""
-    saved = torch.load(path, weights_only=False)
+    """The state saved at ``path``, or a ValueError sentence if it was trained with other settings."""
+    saved = load_checkpoint(path)
     if saved["config"] != config:
-        raise SystemExit(f"{path} holds a training with other settings; remove it, or give another --out")
+        raise ValueError(f"{path} holds a training with other settings; remove it, or give another --out")
     state = new_state(config)
     state["model"].load_state_dict(saved["model"])
     state["optimizer"].load_state_dict(saved["optimizer"])
@@ -236,8 +300,8 @@ def export(out, corpus=None):
     """
     checkpoint = Path(out) / CHECKPOINT_NAME
     if not checkpoint.is_file():
-        raise SystemExit(f"{checkpoint} does not exist: there is no interrupted training in {out} to export")
-    saved = torch.load(checkpoint, weights_only=False)
+        raise FileNotFoundError(f"{checkpoint} does not exist: there is no interrupted training in {out} to export")
+    saved = load_checkpoint(checkpoint)
     config = saved["config"]
     tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
     state = resume_state(checkpoint, config)
@@ -255,6 +319,10 @@ def export(out, corpus=None):
 
 def final_log(config, state, tokenizer, train_tokens, held_out_tokens):
     """The JSON log: settings, curve, held-out loss and perplexity beside the baselines, provenance."""
+    check_config(config)
+    _check_state(state)
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer must be an attn.models.tokenizer.Tokenizer, got {type_name(tokenizer)}")
     loss = mean_loss(state["model"], *held_out_windows(held_out_tokens, config["context_length"]))
     measured = {"held_out_loss": round(loss, 4), "held_out_perplexity": round(math.exp(loss), 2)}
     base = baselines(train_tokens, held_out_tokens, tokenizer.vocab_size)
@@ -291,6 +359,11 @@ def _tokenizers_version():
 
 def write_outputs(out, model, tokenizer, config, log):
     """Weights (16-bit), tokenizer and log into folder ``out``."""
+    out = output_folder(out, [WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME])
+    require_module("model", model)
+    check_config(config)
+    if not callable(getattr(tokenizer, "save", None)) or not isinstance(log, dict):
+        raise TypeError(f"tokenizer must be a Tokenizer and log a dict, got {type_name(tokenizer)}, {type_name(log)}")
     weights = {name: tensor.half() for name, tensor in model.state_dict().items() if name != "readout.weight"}
     torch.save({"config": config, "weights": weights}, out / WEIGHTS_NAME)
     tokenizer.save(out / TOKENIZER_NAME)
@@ -298,26 +371,8 @@ def write_outputs(out, model, tokenizer, config, log):
 
 
 
-def _whole_number(minimum):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
-        return value
-
-    return parse
-
-
-def _corpus_or_error(parser, folder):
-    try:
-        austen(folder)
-    except FileNotFoundError as error:
-        parser.error(str(error))
-
-
+CORPUS_HELP = "folder of the novels (default: where python -m attn.corpus writes)"
+SEED_ARGUMENT = whole_number_argument("--seed", 0, 2**64 - 1, "what PyTorch's generator takes")
 OUTPUT_FOLDER = folder_argument(WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME, CHECKPOINT_NAME)  # --out, checked first
 
 
@@ -327,24 +382,30 @@ def main(argv=None):
     trainer = commands.add_parser("train", help="train the model (seeded; resumes after an interruption)")
     trainer.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder for weights, tokenizer and log")
     trainer.add_argument("--size", choices=sorted(SIZES), default="full", help="full (the shipped model) or tiny (seconds)")
-    trainer.add_argument("--steps", type=_whole_number(1), default=None, help="training steps (default: the size's)")
-    trainer.add_argument("--seed", type=_whole_number(0), default=None, help="seed (default 0)")
-    trainer.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
-    trainer.add_argument("--threads", type=_whole_number(1), default=1, help="math threads (default 1: same sums everywhere)")
+    trainer.add_argument("--steps", type=steps_argument(), default=None, help="training steps (default: the size's)")
+    trainer.add_argument("--seed", type=SEED_ARGUMENT, default=None, help="seed (default 0)")
+    trainer.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
+    trainer.add_argument("--threads", type=threads_argument(), default=1, help="math threads (default 1: same sums everywhere)")
     exporter = commands.add_parser("export", help="ship the last checkpoint of a training that could not finish")
     exporter.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_checkpoint.pt")
-    exporter.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
+    exporter.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
     args = parser.parse_args(argv)
     if args.command == "export":
         _corpus_or_error(parser, args.corpus)
-        log = export(args.out, args.corpus)
+        try:
+            log = export(args.out, args.corpus)
+        except (ValueError, FileNotFoundError) as error:
+            raise SystemExit(str(error)) from None
         print(f"Exported step {log['steps_done']} of {log['config']['steps']}: held-out loss {log['held_out_loss']:.3f}.")
         return
     config = dict(SIZES[args.size])
     config.update({key: value for key, value in (("steps", args.steps), ("seed", args.seed)) if value is not None})
     _corpus_or_error(parser, args.corpus)
     torch.set_num_threads(args.threads)
-    log = train(config, args.out, args.corpus)
+    try:
+        log = train(config, args.out, args.corpus)
+    except (ValueError, FileNotFoundError) as error:  # a checkpoint of other settings, or not one at all
+        raise SystemExit(str(error)) from None
     print(f"Held-out loss on {log['held_out_novel']}: {log['held_out_loss']:.3f} nats per token "
           f"(perplexity {log['held_out_perplexity']:.1f}); unigram {log['baselines']['unigram_perplexity']:.1f}, "
           f"bigram {log['baselines']['bigram_perplexity']:.1f}. {log['provenance']['seconds'] / 60:.1f} min. "

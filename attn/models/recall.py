@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attn.common.layer_checks import check_parameters
+from attn.common.sizes import check_allocation
 from attn.multihead import MultiHeadAttention
 
 
@@ -25,6 +27,13 @@ class RecallData:
         return len(self.query)
 
     def batch(self, index):
+        """The examples at ``index`` (an int, a slice, or a tensor of ints), as a RecallData."""
+        if not (isinstance(index, int | slice) and not isinstance(index, bool)) and not (
+                isinstance(index, torch.Tensor) and not index.is_floating_point() and index.device.type != "meta"):
+            raise TypeError(f"index must be an int, a slice or a tensor of example numbers, got {type(index).__name__}")
+        if isinstance(index, torch.Tensor) and index.dtype != torch.bool and index.numel() and (
+                int(index.min()) < -len(self) or int(index.max()) >= len(self)):
+            raise ValueError(f"index holds example numbers outside 0..{len(self) - 1}")
         return RecallData(self.keys[index], self.values[index], self.query[index], self.target[index], self.position[index])
 
 
@@ -44,6 +53,9 @@ def make_recall_data(n_examples, n_pairs=6, n_keys=16, n_values=16, seed=0):
     """
     n_examples, n_pairs = _count(n_examples, "n_examples"), _count(n_pairs, "n_pairs")
     n_keys, n_values, seed = _count(n_keys, "n_keys"), _count(n_values, "n_values"), _count(seed, "seed", smallest=0)
+    if seed > 2**63 - 1:
+        raise ValueError(f"seed must be at most 2**63 - 1, got {seed}")
+    check_allocation(f"make_recall_data(n_examples={n_examples}, n_keys={n_keys})", 12 * n_examples * n_keys)
     if n_pairs > n_keys:
         raise ValueError(f"n_pairs={n_pairs} distinct keys cannot be drawn from n_keys={n_keys}")
     generator = torch.Generator().manual_seed(seed)
@@ -61,6 +73,13 @@ class RecallModel(nn.Module):
     the single query token (B, 1, E). Attention must find the pair whose key matches and copy
     out its value, which the readout turns into scores over the value vocabulary.
     """
+
+    def __new__(cls, n_keys=16, n_values=16, embed_dim=32, num_heads=1):
+        # The sizes are checked here, before __init__ (whose source lesson 7 prints) builds anything.
+        n_keys, n_values, embed_dim = _count(n_keys, "n_keys"), _count(n_values, "n_values"), _count(embed_dim, "embed_dim")
+        check_parameters(f"RecallModel(n_keys={n_keys}, n_values={n_values}, embed_dim={embed_dim})",
+                         (n_keys + 2 * n_values + 4 * embed_dim) * embed_dim)
+        return super().__new__(cls)
 
     def __init__(self, n_keys=16, n_values=16, embed_dim=32, num_heads=1):
         super().__init__()

@@ -14,6 +14,8 @@ import numbers
 from collections import Counter
 from pathlib import Path
 
+from attn.common.validate import require_text
+
 VOCAB_SIZE = 4096
 
 
@@ -84,8 +86,7 @@ def pretokenize(text):
     """The words the library's byte-level BPE merges within (GPT-2's rule): a list of str."""
     from tokenizers import pre_tokenizers
 
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {_type_name(text)}")
+    require_text("text", text)
     splitter = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     # the library shows each byte as a printable character; map them back to the text's own characters
     decode = {character: byte for byte, character in _byte_alphabet().items()}
@@ -139,6 +140,9 @@ class Tokenizer:
     """
 
     def __init__(self, backend):
+        if not all(callable(getattr(backend, name, None)) for name in ("get_vocab_size", "encode", "decode", "to_str")):
+            raise TypeError(f"backend must be a tokenizers.Tokenizer (use Tokenizer.load(path) or train_tokenizer), "
+                            f"got {_type_name(backend)}")
         self.backend = backend
         self.vocab_size = backend.get_vocab_size()
         self._byte_of = {character: byte for byte, character in _byte_alphabet().items()}
@@ -157,9 +161,13 @@ class Tokenizer:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no tokenizer file at {path}")
         try:
-            return cls(Backend.from_file(str(path)))
+            tokenizer = cls(Backend.from_file(str(path)))
         except Exception as error:  # noqa: BLE001 - the library raises its own exception kinds
             raise ValueError(f"{path} is not a tokenizers JSON file: {error}") from None
+        if tokenizer.vocab_size < 256:
+            raise ValueError(f"{path} holds a tokenizer of {tokenizer.vocab_size} tokens; a byte-level tokenizer has at least "
+                             "the 256 bytes: the file is not one that train_tokenizer wrote")
+        return tokenizer
 
     def save(self, path):
         """Write the tokenizer as the library's JSON file (sorted keys, so that retraining gives the same bytes)."""
@@ -170,11 +178,7 @@ class Tokenizer:
         """The token ids of ``text`` (str): a list of int."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {_type_name(text)}; decode bytes first (text = data.decode())")
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError as error:  # a lone surrogate, such as '\ud800', has no UTF-8 bytes to tokenize
-            raise ValueError(f"text holds {text[error.start]!r} at position {error.start}, half of a UTF-16 surrogate "
-                             "pair, which is no character and has no UTF-8 bytes; remove it or repair the text") from None
+        data = require_text("text", text).encode("utf-8")  # a lone surrogate gets its sentence there
         if any(byte in data for byte in self._missing_bytes):
             self._refuse_missing_bytes(text)
         return self.backend.encode(text).ids

@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import folder_argument, write_text
+from attn.common.validate import positive_int, require_callable, type_name, whole_number
 from attn.streaming import check_sink_positions
 from attn.window import check_window_arguments
 
@@ -32,11 +33,37 @@ BIN = 32
 RESULTS_NAME = "window_austen.json"
 
 
+def _check_model(model):
+    from attn.models.lm_heads import check_course_decoder  # lesson 13's AustenLM or lesson 16's LlamaLM
+
+    check_course_decoder(model)
+
+
+def _check_streams(streams, model):
+    """streams (S, length): a 2-D tensor of token ids of the model's vocabulary, S >= 1 and length >= 2."""
+    if not isinstance(streams, torch.Tensor) or streams.dim() != 2 or streams.is_floating_point() or (
+            streams.dtype == torch.bool):
+        raise TypeError(f"streams must be a 2-D tensor of token ids (S, length), got {type_name(streams)}")
+    if streams.shape[0] < 1 or streams.shape[1] < 2:
+        raise ValueError(f"streams must hold at least one stream of 2 or more tokens, got {tuple(streams.shape)}")
+    if int(streams.min()) < 0 or int(streams.max()) >= model.vocab_size:
+        raise ValueError(f"streams hold token ids outside the model's vocabulary 0..{model.vocab_size - 1}")
+
+
+def _check_sizes(windows, sink_counts):
+    for name, values, least in (("windows", windows, 1), ("sink_counts", sink_counts, 0)):
+        if not isinstance(values, list | tuple):
+            raise TypeError(f"{name} must be a list or tuple of whole numbers, got {type_name(values)}")
+        for value in values:
+            whole_number(f"each of {name}", value, minimum=least)
+
+
 def set_window(model, window, sink_tokens=0, sink_positions="absolute"):
     """Give every attention layer of ``model`` (its ``blocks``) this window and these sinks; None: full attention.
 
     sink_positions: 'absolute' (lesson 14: keys rotated where they stand) or 'cache' (lesson 16: StreamingLLM's
     places in the cache, attn.streaming)."""
+    _check_model(model)
     window, sink_tokens = check_window_arguments(window, sink_tokens)
     sink_positions = check_sink_positions(sink_positions, window) if window is not None else "absolute"
     for block in model.blocks:
@@ -47,6 +74,9 @@ def set_window(model, window, sink_tokens=0, sink_positions="absolute"):
 
 def held_out_streams(tokens, length=STREAM_LENGTH, count=STREAMS):
     """``count`` non-overlapping stretches (count, length) of the token ids ``tokens`` (N,), evenly spread."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point():
+        raise TypeError(f"tokens must be a 1-D tensor of token ids, got {type_name(tokens)}")
+    length, count = positive_int("length", length), positive_int("count", count)
     if len(tokens) < count * length:
         raise ValueError(f"{count} stretches of {length} tokens need {count * length} tokens, the text has {len(tokens)}")
     step = len(tokens) // count
@@ -56,6 +86,8 @@ def held_out_streams(tokens, length=STREAM_LENGTH, count=STREAMS):
 @torch.no_grad()
 def stream_losses(model, streams):
     """Next-token cross-entropy (S, length - 1) at each position of each stream (S, length)."""
+    _check_model(model)
+    _check_streams(streams, model)
     losses = []
     for stream in streams:  # one at a time: the scores of a long stretch are large
         logits = model(stream[None, :-1])[0]  # (length - 1, V)
@@ -65,12 +97,18 @@ def stream_losses(model, streams):
 
 def binned(values, size=BIN):
     """Means of consecutive bins of ``size`` values (the last bin may be shorter), rounded to 4 decimals."""
+    if not isinstance(values, torch.Tensor) or values.dim() != 1 or not values.is_floating_point():
+        raise TypeError(f"values must be a 1-D floating-point tensor, got {type_name(values)}")
+    if values.device.type == "meta":
+        raise ValueError("values are on the meta device, which holds no numbers to average")
+    size = whole_number("size", size, minimum=1, maximum=2**31)
     return [round(chunk.mean().item(), 4) for chunk in values.split(size)]
 
 
 def conditions(windows=WINDOWS, sink_counts=SINK_COUNTS, sink_positions=("absolute",)):
     """(name, window, sink_tokens, sink_positions): full attention, then each window with each number of sinks,
     the sinks at each placement (lesson 16 adds 'cache': StreamingLLM's places in the cache)."""
+    _check_sizes(windows, sink_counts)
     found = [("full attention", None, 0, "absolute")]
     for window in windows:
         for sinks in sink_counts:
@@ -85,7 +123,13 @@ def conditions(windows=WINDOWS, sink_counts=SINK_COUNTS, sink_positions=("absolu
 def first_token_weight(model, streams, skip=BIN, weight_length=None):
     """Mean attention weight on position 0, by layer (L,), of the queries from ``skip`` to the training
     context's end, or to ``weight_length`` (full attention): how much of its attention the model gives the first token."""
+    _check_model(model)
+    _check_streams(streams, model)
+    if weight_length is not None:
+        positive_int("weight_length", weight_length)
     length = min(model.context_length, streams.shape[1], weight_length or streams.shape[1])
+    if whole_number("skip", skip, minimum=1) >= length:
+        raise ValueError(f"skip={skip} leaves no query among the first {length} positions to average over")
     _, weights = model(streams[:, :length], need_weights=True)  # weights (L, S, H, T, T)
     return [round(value, 4) for value in weights[:, :, :, skip:, 0].mean(dim=(1, 2, 3)).tolist()]
 
@@ -96,6 +140,14 @@ def measure(model, streams, windows=WINDOWS, sink_counts=SINK_COUNTS, bin_size=B
     training context (None where the stretches are not longer), each stream's mean beyond the window (for
     spreads); and the weight the model gives the first token, by layer, over the first ``weight_length``
     positions (default: the training context)."""
+    _check_model(model)
+    _check_streams(streams, model)
+    _check_sizes(windows, sink_counts)
+    bin_size = positive_int("bin_size", bin_size)
+    require_callable("progress", progress)
+    if streams.shape[1] - 1 <= max(windows, default=0):
+        raise ValueError(f"streams of {streams.shape[1]} tokens leave nothing beyond the longest window "
+                         f"({max(windows)}) to measure; use longer streams")
     set_window(model, None)
     record = {"windows": list(windows), "sink_counts": list(sink_counts), "stream_length": streams.shape[1],
               "streams": streams.shape[0], "bin": bin_size, "context_length": model.context_length,

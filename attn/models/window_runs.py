@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
+from attn.common.arguments import MAX_STEPS, steps_argument, whole_number_argument
 from attn.common.destinations import folder_argument, write_text
-from attn.common.validate import positive_int
+from attn.common.validate import require_choice, whole_number
 from attn.models.decoder import Decoder
 
 VALUES, FILLERS = 8, 16  # token ids 0..7 are values, 8..23 fillers, 24 the query
@@ -42,8 +43,38 @@ STACKS = {
 RUNS_NAME = "window_runs.json"
 
 
+def _check_sizes(**sizes):
+    """Each size a whole number within its bounds (length >= 2: a value and the query), in the order given."""
+    bounds = {"size": (1, 10**7), "length": (2, 2**16), "steps": (1, MAX_STEPS), "per_distance": (1, 100_000),
+              "seed": (0, 2**62), "window": (1, 2**62)}
+    return [whole_number(name, value, *bounds[name]) for name, value in sizes.items()]
+
+
+def _check_model(model):
+    if not isinstance(model, Decoder):
+        raise TypeError(f"model must be an attn.models.decoder.Decoder (from new_model), got {type(model).__name__}")
+
+
+def check_distances(distances, length):
+    """``distances`` must be None or a 1-D integer tensor of values from 1 to length - 1 (the query sits at the end)."""
+    if distances is None:
+        return
+    if not isinstance(distances, torch.Tensor) or distances.dim() != 1 or distances.is_floating_point() or (
+            distances.dtype == torch.bool):
+        raise TypeError(f"distances must be None or a 1-D integer tensor, got {type(distances).__name__}")
+    if distances.numel() and not (int(distances.min()) >= 1 and int(distances.max()) <= length - 1):
+        raise ValueError(f"distances must lie from 1 to length - 1 = {length - 1} (the value before the query), "
+                         f"got values from {int(distances.min())} to {int(distances.max())}")
+
+
 def recall_batch(size, generator, distances=None, length=LENGTH):
     """tokens (N, length), values (N,), distances (N,): the value sits at length - 1 - distance."""
+    size, length = _check_sizes(size=size, length=length)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    check_distances(distances, length)
+    if distances is not None and len(distances) != size:
+        raise ValueError(f"distances must hold one distance per example, {size}, got {len(distances)}")
     tokens = VALUES + torch.randint(FILLERS, (size, length), generator=generator)
     values = torch.randint(VALUES, (size,), generator=generator)
     if distances is None:
@@ -55,6 +86,9 @@ def recall_batch(size, generator, distances=None, length=LENGTH):
 
 def new_model(layer_types, seed, window=WINDOW, length=LENGTH):
     """The course's Decoder with these layer types, its weights drawn from ``seed``."""
+    _check_sizes(seed=seed, window=window, length=length)
+    if not isinstance(layer_types, list | tuple) or not layer_types:
+        raise TypeError(f"layer_types must be a non-empty list of 'local' or 'global', got {type(layer_types).__name__}")
     torch.manual_seed(seed)
     return Decoder(VOCAB_SIZE, length, embed_dim=EMBED_DIM, num_heads=NUM_HEADS, num_layers=len(layer_types),
                    window=window, layer_types=list(layer_types))
@@ -62,6 +96,8 @@ def new_model(layer_types, seed, window=WINDOW, length=LENGTH):
 
 def train(model, seed, steps=STEPS, length=LENGTH):
     """Adam on the cross-entropy of the last position's prediction; returns the losses."""
+    _check_model(model)
+    _check_sizes(seed=seed, steps=steps, length=length)
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
     generator = torch.Generator().manual_seed(1000 + seed)
     losses = []
@@ -80,6 +116,8 @@ def train(model, seed, steps=STEPS, length=LENGTH):
 @torch.no_grad()
 def accuracy_by_distance(model, per_distance=TEST_PER_DISTANCE, length=LENGTH):
     """Fraction of test examples named right at each distance 1 .. length - 1, a list."""
+    _check_model(model)
+    per_distance, length = _check_sizes(per_distance=per_distance, length=length)
     distances = torch.arange(1, length).repeat_interleave(per_distance)
     tokens, values, _ = recall_batch(len(distances), torch.Generator().manual_seed(TEST_SEED), distances, length)
     right = model(tokens)[:, -1].argmax(dim=-1) == values
@@ -88,6 +126,8 @@ def accuracy_by_distance(model, per_distance=TEST_PER_DISTANCE, length=LENGTH):
 
 def run(stack, seed, steps=STEPS, per_distance=TEST_PER_DISTANCE, length=LENGTH):
     """One stack trained with one seed: its accuracy by distance, first losses and final loss."""
+    require_choice("stack", stack, tuple(STACKS))
+    _check_sizes(seed=seed, steps=steps, per_distance=per_distance, length=length)
     started = time.perf_counter()
     model = new_model(STACKS[stack], seed, length=length)
     losses = train(model, seed, steps, length)
@@ -126,13 +166,6 @@ def _stack(text):
     return text
 
 
-def _count(text):
-    try:
-        return positive_int("the number", int(text))
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-
-
 def _seed(text):
     try:
         value = int(text)
@@ -142,6 +175,8 @@ def _seed(text):
         raise argparse.ArgumentTypeError(f"a seed is a whole number from 0 to 2**31 - 1, got {text!r}")
     return value
 
+PER_DISTANCE_ARGUMENT = whole_number_argument("--per-distance", 1, 100_000, "more would not fit in memory")
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
@@ -150,8 +185,8 @@ def main(argv=None):
     parser.add_argument("--out", required=True, type=folder_argument(RUNS_NAME), help=f"folder for {RUNS_NAME}")
     parser.add_argument("--stacks", nargs="+", type=_stack, default=list(STACKS), help="stacks to train (default: all)")
     parser.add_argument("--seeds", nargs="+", type=_seed, default=list(SEEDS), help="seeds (default: 0 1 2)")
-    parser.add_argument("--steps", type=_count, default=STEPS, help=f"training steps (default {STEPS})")
-    parser.add_argument("--per-distance", type=_count, default=TEST_PER_DISTANCE,
+    parser.add_argument("--steps", type=steps_argument(), default=STEPS, help=f"training steps (default {STEPS})")
+    parser.add_argument("--per-distance", type=PER_DISTANCE_ARGUMENT, default=TEST_PER_DISTANCE,
                         help=f"test examples per distance (default {TEST_PER_DISTANCE})")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the same sums in the same order on every machine

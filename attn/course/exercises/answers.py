@@ -155,6 +155,11 @@ def _as_array(answer, expects, depth=0):
     if isinstance(answer, str | bytes):
         raise AnswerError(_text_problem(answer, expects, nested))
     if isinstance(answer, list | tuple):
+        if depth == 0 and _more_entries_than(answer, LARGEST_LIST):
+            raise AnswerError(
+                f"{what} is a list of more than {LARGEST_LIST:,} numbers, far more than any answer here; "
+                "check what your code builds (for a large array, give a NumPy array or a tensor)."
+            )
         return _stack([_as_array(item, expects, depth + 1) for item in answer], expects)
     if isinstance(answer, numbers.Number | np.generic):
         return _scalar(answer)
@@ -169,6 +174,24 @@ def _as_array(answer, expects, depth=0):
     if array is None or array.dtype == object:
         raise AnswerError(not_numbers)
     return array
+
+
+LARGEST_LIST = 100_000  # entries in a (nested) Python list: each is looked at in Python, so a larger one is refused
+
+
+def _more_entries_than(answer, limit):
+    """True if the nested lists and tuples of ``answer`` hold more than ``limit`` entries (counted up to limit + 1)."""
+    count, stack, seen = 0, [(answer, 0)], set()
+    while stack:
+        items, depth = stack.pop()
+        if id(items) in seen or depth > 32:  # a list inside itself, or nested past any answer: named elsewhere
+            continue
+        seen.add(id(items))
+        count += len(items)
+        if count > limit:
+            return True
+        stack.extend((item, depth + 1) for item in items if isinstance(item, list | tuple))
+    return False
 
 
 def _unmasked(answer, what):

@@ -69,6 +69,7 @@ def _check_weights(weights):
         raise TypeError(f"weights must be a floating-point torch.Tensor, got {type(weights).__name__}")
     if weights.dim() != 4 or weights.shape[-1] != weights.shape[-2] or 0 in weights.shape:
         raise ValueError(f"weights must have shape (B, H, T, T), got {tuple(weights.shape)}")
+    require_computable("weights", weights)
     if not torch.isfinite(weights).all():
         raise ValueError("weights contain NaN or inf")
     return weights

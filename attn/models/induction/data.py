@@ -122,8 +122,10 @@ def make_repeat_data(num_sequences, length=MAX_LENGTH, block_lengths=TRAIN_BLOCK
     if block_start is not None:
         block_start = check_int("block_start", block_start, minimum=0, maximum=length - 2 * max(block_lengths))
     seed = check_seed(seed)
-    check_allocation(f"make_repeat_data({num_sequences}, length={length}, vocab_size={vocab_size})",
-                     num_sequences * (16 * vocab_size + 40 * length))  # random keys and their order, then tokens and masks
+    largest = max((num_sequences, "num_sequences"), (vocab_size, "vocab_size"), (length, "length"))[1]
+    check_allocation(f"make_repeat_data(num_sequences={num_sequences}, length={length}, vocab_size={vocab_size})",
+                     num_sequences * (16 * vocab_size + 40 * length),  # random keys and their order, tokens and masks
+                     advice=f"use a smaller {largest}")
     generator = torch.Generator().manual_seed(seed)
     return _draw_repeat_data(generator, num_sequences, length, block_lengths, vocab_size, block_start)
 

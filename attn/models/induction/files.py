@@ -105,7 +105,7 @@ def _weights_file(folder, num_layers):
     if not folder.exists():
         raise FileNotFoundError(f"there is no folder {folder}, so no {path.name} in it; {remake}")
     if not folder.is_dir():
-        raise NotADirectoryError(f"{folder} is a file, not a folder; give the folder that holds {path.name}")
+        raise ValueError(f"{folder} is a file, not a folder; give the folder that holds {path.name}")
     if not path.is_file():
         raise FileNotFoundError(f"{folder} holds no {path.name} (the {num_layers}-layer model's weights); {remake}")
     return path

@@ -5,6 +5,7 @@
 import torch
 from torch import nn
 
+from attn.common.device import check_device
 from attn.common.layer_checks import check_parameters
 from attn.common.sizes import check_allocation
 from attn.common.validate import whole_count
@@ -16,6 +17,7 @@ from attn.multihead import MultiHeadAttention
 def causal_keep_mask(length, device=None):
     """(T, T) boolean keep-mask: position i may attend to positions 0..i."""
     length = whole_count("length", length)
+    device = check_device("device", device)
     check_allocation(f"a causal mask of {length} x {length} bools", length * length, device)
     return torch.ones(length, length, dtype=torch.bool, device=device).tril()
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional
 
+from attn.common.validate import require_computable, require_floating, require_token_ids
 from attn.models.induction.checks import _check_block_lengths, _check_positive_float, check_int, check_seed
 from attn.models.induction.data import (
     BATCH_SIZE,
@@ -31,6 +32,14 @@ class TrainingLog:
 
 def next_token_losses(logits, tokens):
     """logits (B, T, V), tokens (B, T) -> cross-entropy of each prediction t -> t + 1, (B, T - 1)."""
+    require_computable("logits", logits)
+    require_floating("logits", logits)
+    require_token_ids("tokens", tokens, 2)
+    if logits.dim() != 3 or logits.shape[:2] != tokens.shape or tokens.shape[1] < 2:
+        raise ValueError(f"logits must be (B, T, V) and tokens (B, T) with T >= 2, got {tuple(logits.shape)}, "
+                         f"{tuple(tokens.shape)}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= logits.shape[-1]):
+        raise ValueError(f"tokens must be ids from 0 to {logits.shape[-1] - 1}, the logits' vocabulary")
     predictions = logits[:, :-1]  # (B, T - 1, V)
     return functional.cross_entropy(predictions.transpose(1, 2), tokens[:, 1:], reduction="none")
 

@@ -26,7 +26,6 @@ from attn.common.validate import (
     positive_number,
     require_finite,
     require_floating,
-    require_like,
     require_tensor,
     type_name,
 )

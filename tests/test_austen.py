@@ -333,7 +333,12 @@ def test_the_tiny_training_repeats_itself(short_corpus, tmp_path):
     assert without_provenance(first) == without_provenance(second)
     assert len(first["curve"]["step"]) == config["steps"] // config["eval_every"]
     assert first["curve"]["train_loss"][-1] < first["curve"]["train_loss"][0]
-    assert set(first["baselines"]) == {"unigram_loss", "bigram_loss", "unigram_perplexity", "bigram_perplexity"}
+    names = {"unigram", "bigram", "kneser_ney_trigram"}
+    assert set(first["baselines"]) == {f"{name}_{what}" for name in names for what in ("loss", "perplexity")} | {
+        "bigram_prior", "bigram_prior_trials", "on_the_curves_targets"}
+    assert set(first["baselines"]["on_the_curves_targets"]) == {f"{name}_loss" for name in names}
+    trials = first["baselines"]["bigram_prior_trials"]
+    assert str(first["baselines"]["bigram_prior"]) == min(trials, key=trials.get)  # chosen on training text
     assert first["provenance"]["seed"] == 0 and first["held_out_novel"] == "Persuasion"
     assert not (tmp_path / "first" / lm.CHECKPOINT_NAME).exists()
     assert (tmp_path / "first" / lm.TOKENIZER_NAME).read_bytes() == (tmp_path / "second" / lm.TOKENIZER_NAME).read_bytes()

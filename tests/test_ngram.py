@@ -94,3 +94,18 @@ def test_the_lessons_loop_is_the_package(lesson13, seed):
 def test_bad_input_gets_a_sentence(arguments, error, message):
     with pytest.raises(error, match=message):
         ngram.kneser_ney(*arguments)
+
+
+def test_bad_queries_get_a_sentence():
+    model = ngram.kneser_ney(random_text(), 16, 3)
+    for context, error in (("ab", TypeError), ([1.5], TypeError), ([16], ValueError), ([-1], ValueError)):
+        with pytest.raises(error, match="context"):
+            model.distribution(context)
+    with pytest.raises(ValueError, match="shape"):
+        model.probability(torch.zeros(3, 1, dtype=torch.long), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(TypeError, match="targets"):
+        model.probability(torch.zeros(3, 2, dtype=torch.long), [0, 1, 2])
+    with pytest.raises(ValueError, match="targets"):
+        model.probability(torch.zeros(1, 2, dtype=torch.long), torch.tensor([16]))
+    with pytest.raises(ValueError, match="history"):
+        model.probability(torch.full((1, 2), -2), torch.tensor([1]))

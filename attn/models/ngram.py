@@ -22,7 +22,7 @@ scored by the level their history reaches.
 
 import torch
 
-from attn.common.validate import positive_int, type_name
+from attn.common.validate import is_whole_number, positive_int, type_name
 
 MAX_ORDER = 4  # V ** order keys must fit in an int64 for a vocabulary of up to 2 ** 15
 
@@ -87,6 +87,7 @@ class KneserNey:
 
         A history entry of -1 means no token there (the start of a text): such rows use the levels it reaches.
         """
+        self._check_query(history, targets)
         n = len(targets)
         probabilities = torch.full((n,), 1.0 / self.vocab_size, dtype=torch.float64)  # level 0: uniform
         reached = torch.ones(n, dtype=torch.bool)
@@ -108,8 +109,23 @@ class KneserNey:
             probabilities = torch.where(seen & reached, higher, probabilities)
         return probabilities
 
+    def _check_query(self, history, targets):
+        for name, tensor, dims in (("history", history, 2), ("targets", targets, 1)):
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.long or tensor.dim() != dims:
+                raise TypeError(f"{name} must be an int64 torch.Tensor with {dims} dimension(s), got {type_name(tensor)}")
+        if history.shape != (len(targets), self.order - 1):
+            raise ValueError(f"history must have shape ({len(targets)}, {self.order - 1}), got {tuple(history.shape)}")
+        if len(targets) and (targets.min() < 0 or targets.max() >= self.vocab_size):
+            raise ValueError(f"targets hold ids outside 0 .. {self.vocab_size - 1} (the vocabulary)")
+        if history.numel() and (history.min() < -1 or history.max() >= self.vocab_size):
+            raise ValueError(f"history holds ids outside -1 .. {self.vocab_size - 1} (-1: before the text)")
+
     def distribution(self, context):
         """p(every token | context): context a list of up to n - 1 token ids (the last just before); -> (V,)."""
+        if not isinstance(context, list | tuple) or not all(is_whole_number(token) for token in context):
+            raise TypeError(f"context must be a list of token ids, got {type_name(context)} {context!r:.60}")
+        if any(not 0 <= token < self.vocab_size for token in context):
+            raise ValueError(f"context holds ids outside 0 .. {self.vocab_size - 1} (the vocabulary)")
         context = [int(token) for token in context][-(self.order - 1):] if self.order > 1 else []
         padded = [-1] * (self.order - 1 - len(context)) + context
         history = torch.tensor([padded] * self.vocab_size, dtype=torch.long).view(self.vocab_size, self.order - 1)

@@ -439,6 +439,22 @@ def test_the_shipped_measurements_repeat_on_the_held_out_novel(shipped):
     assert len(held_out) == log["held_out_tokens"]
 
 
+def test_the_shipped_baselines_repeat(tmp_path):
+    """The log's baselines, recounted from the novels by 'python -m attn.lm baselines' on a copy of the files."""
+    corpus_or_skip()
+    for name in (lm.LOG_NAME, lm.TOKENIZER_NAME):
+        (tmp_path / name).write_bytes((MODELS / name).read_bytes())
+    shipped = json.loads((MODELS / lm.LOG_NAME).read_text())
+    lm_training.main(["baselines", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / lm.LOG_NAME).read_text()) == shipped
+
+
+def test_the_baselines_command_needs_a_log(tmp_path):
+    corpus_or_skip()
+    with pytest.raises(SystemExit, match="does not exist"):
+        lm_training.main(["baselines", "--out", str(tmp_path)])
+
+
 # --- what the heads do -------------------------------------------------------------------------
 
 def test_the_head_measures_equal_loops_over_the_weights():

@@ -29,7 +29,7 @@ from attn.models.lm import (
     model_arguments,
 )
 from attn.models.ngram import kneser_ney
-from attn.models.tokenizer import train_tokenizer
+from attn.models.tokenizer import Tokenizer, train_tokenizer
 
 BIGRAM_PRIOR = 64.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution (see BIGRAM_PRIORS)
 BIGRAM_PRIORS = (4.0, 16.0, 32.0, 64.0, 128.0, 256.0)  # tried on the training novels' last 15%, counted on the rest
@@ -291,6 +291,25 @@ def baseline_log(train_tokens, held_out_tokens, config, vocab_size):
     return base
 
 
+def refresh_baselines(out, corpus=None):
+    """Recount the baselines of the log in folder ``out`` (its tokenizer retrained, as training does); returns the log.
+
+    For a shipped model whose log predates a baseline: the weights and the network's numbers stay as they are.
+    """
+    path = Path(out) / LOG_NAME
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist: train a model there first ('{TRAIN_COMMAND} --out {out}')")
+    log = json.loads(path.read_text())
+    config = log["config"]
+    tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
+    if tokenizer.backend.to_str() != Tokenizer.load(Path(out) / TOKENIZER_NAME).backend.to_str():
+        raise SystemExit(f"the tokenizer trained now differs from {Path(out) / TOKENIZER_NAME}: not the same corpus?")
+    _, targets = held_out_windows(held_out_tokens, config["context_length"])
+    log["baselines"] = baseline_log(train_tokens, held_out_tokens[:targets.numel() + 1], config, tokenizer.vocab_size)
+    write_text(path, json.dumps(log, indent=1) + "\n")
+    return log
+
+
 def final_log(config, state, tokenizer, train_tokens, held_out_tokens):
     """The JSON log: settings, curve, held-out loss and perplexity beside the baselines, provenance."""
     inputs, targets = held_out_windows(held_out_tokens, config["context_length"])
@@ -368,10 +387,19 @@ def main(argv=None):
     trainer.add_argument("--seed", type=_whole_number(0), default=None, help="seed (default 0)")
     trainer.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
     trainer.add_argument("--threads", type=_whole_number(1), default=1, help="math threads (default 1: same sums everywhere)")
+    refresher = commands.add_parser("baselines", help="recount the baselines in a trained model's log")
+    refresher.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_training.json")
+    refresher.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
     exporter = commands.add_parser("export", help="ship the last checkpoint of a training that could not finish")
     exporter.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_checkpoint.pt")
     exporter.add_argument("--corpus", default=None, help="folder of the novels (default: where python -m attn.corpus writes)")
     args = parser.parse_args(argv)
+    if args.command == "baselines":
+        _corpus_or_error(parser, args.corpus)
+        base = refresh_baselines(args.out, args.corpus)["baselines"]
+        print(f"Baselines: unigram {base['unigram_perplexity']:.1f}, bigram {base['bigram_perplexity']:.1f}, "
+              f"Kneser-Ney trigram {base['kneser_ney_trigram_perplexity']:.1f} (perplexity on the held-out novel).")
+        return
     if args.command == "export":
         _corpus_or_error(parser, args.corpus)
         log = export(args.out, args.corpus)

@@ -28,12 +28,8 @@ from attn.models.lm import (
     AustenLM,
     model_arguments,
 )
-from attn.models.ngram import kneser_ney
+from attn.models.ngram import baseline_log
 from attn.models.tokenizer import Tokenizer, train_tokenizer
-
-BIGRAM_PRIOR = 64.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution (see BIGRAM_PRIORS)
-BIGRAM_PRIORS = (4.0, 16.0, 32.0, 64.0, 128.0, 256.0)  # tried on the training novels' last 15%, counted on the rest
-PROBE_TARGETS = "probe"  # the log's baselines on the curve's targets: the first eval_windows * context_length
 
 
 def split_novels(novels):
@@ -72,46 +68,6 @@ def mean_loss(model, inputs, targets, batch_size=32):
         chunk = targets[start:start + batch_size]
         total += functional.cross_entropy(logits.flatten(0, 1), chunk.flatten(), reduction="sum").item()
     return total / targets.numel()
-
-
-def bigram_loss(train_tokens, targets_tokens, vocab_size, prior=BIGRAM_PRIOR):
-    """Held-out loss (nats per token) of targets_tokens[1:] under the additive bigram counted on train_tokens.
-
-    P(b | a) = (count(a, b) + prior * P_unigram(b)) / (count(a) + prior), the unigram with one pseudo-count each.
-    """
-    counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
-    unigram = counts / counts.sum()  # (V,)
-    pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
-    pair_counts = torch.bincount(pairs, minlength=vocab_size * vocab_size).double().view(vocab_size, vocab_size)
-    previous, following = targets_tokens[:-1], targets_tokens[1:]
-    bigram = (pair_counts[previous, following] + prior * unigram[following]) / (pair_counts[previous].sum(dim=1) + prior)
-    return -bigram.log().mean().item()
-
-
-def bigram_prior_trials(train_tokens, vocab_size):
-    """Loss of the bigram with each prior of BIGRAM_PRIORS on the training tokens' last 15%, counted on the rest.
-
-    The baseline keeps the prior with the lowest: chosen on training text only, never on the held-out novel.
-    """
-    cut = int(0.85 * len(train_tokens))
-    return {prior: bigram_loss(train_tokens[:cut], train_tokens[cut:], vocab_size, prior) for prior in BIGRAM_PRIORS}
-
-
-def baselines(train_tokens, held_out_tokens, vocab_size, prior=BIGRAM_PRIOR):
-    """Held-out loss (nats per token, on held_out_tokens[1:]) of three models counted on the training tokens.
-
-    Unigram: token frequencies with one pseudo-count each (so no token has probability 0).
-    Bigram: P(b | a) = (count(a, b) + prior * P_unigram(b)) / (count(a) + prior).
-    Trigram: interpolated Kneser-Ney (attn.models.ngram), the strongest of the three.
-    """
-    counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
-    unigram = counts / counts.sum()  # (V,)
-    trigram = kneser_ney(train_tokens, vocab_size, order=3).target_probabilities(held_out_tokens)  # (M - 1,)
-    return {
-        "unigram_loss": round(-unigram[held_out_tokens[1:]].log().mean().item(), 4),
-        "bigram_loss": round(bigram_loss(train_tokens, held_out_tokens, vocab_size, prior), 4),
-        "kneser_ney_trigram_loss": round(-trigram.log().mean().item(), 4),
-    }
 
 
 def learning_rate_at(step, config):
@@ -275,20 +231,6 @@ def export(out, corpus=None):
         f"'python -m attn.lm export --out {out}'; the train command resumes it from there")
     write_outputs(Path(out), state["model"], tokenizer, config, log)
     return log
-
-
-def baseline_log(train_tokens, held_out_tokens, config, vocab_size):
-    """The baselines on the network's held-out targets, with perplexities, and on the curve's first targets."""
-    trials = bigram_prior_trials(train_tokens, vocab_size)
-    prior = min(trials, key=trials.get)
-    base = baselines(train_tokens, held_out_tokens, vocab_size, prior)
-    for name in ("unigram", "bigram", "kneser_ney_trigram"):
-        base[f"{name}_perplexity"] = round(math.exp(base[f"{name}_loss"]), 2)
-    base["bigram_prior"] = prior
-    base["bigram_prior_trials"] = {str(key): round(value, 4) for key, value in trials.items()}
-    probe = held_out_tokens[:config["eval_windows"] * config["context_length"] + 1]  # the curve's targets
-    base["on_the_curves_targets"] = baselines(train_tokens, probe, vocab_size, prior)
-    return base
 
 
 def refresh_baselines(out, corpus=None):

@@ -20,11 +20,16 @@ k-grams counted once and twice. The first targets of a text, with fewer than n -
 scored by the level their history reaches.
 """
 
+import math
+
 import torch
 
 from attn.common.validate import is_whole_number, positive_int, type_name
 
 MAX_ORDER = 4  # V ** order keys must fit in an int64 for a vocabulary of up to 2 ** 15
+BIGRAM_PRIOR = 64.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution (see BIGRAM_PRIORS)
+BIGRAM_PRIORS = (4.0, 16.0, 32.0, 64.0, 128.0, 256.0)  # tried on the training novels' last 15%, counted on the rest
+
 
 
 def _check_tokens(name, tokens, vocab_size, minimum):
@@ -150,3 +155,59 @@ def kneser_ney_loss(train_tokens, held_out_tokens, vocab_size, order=3):
     """Mean -ln p, in nats per token, of held_out_tokens[1:] under a Kneser-Ney model counted on train_tokens."""
     model = kneser_ney(train_tokens, vocab_size, order)
     return -model.target_probabilities(held_out_tokens).log().mean().item()
+
+
+# --- lesson 13's baselines: unigram, bigram and Kneser-Ney trigram, as the training log records them ----
+
+def bigram_loss(train_tokens, targets_tokens, vocab_size, prior=BIGRAM_PRIOR):
+    """Held-out loss (nats per token) of targets_tokens[1:] under the additive bigram counted on train_tokens.
+
+    P(b | a) = (count(a, b) + prior * P_unigram(b)) / (count(a) + prior), the unigram with one pseudo-count each.
+    """
+    counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
+    unigram = counts / counts.sum()  # (V,)
+    pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
+    pair_counts = torch.bincount(pairs, minlength=vocab_size * vocab_size).double().view(vocab_size, vocab_size)
+    previous, following = targets_tokens[:-1], targets_tokens[1:]
+    bigram = (pair_counts[previous, following] + prior * unigram[following]) / (pair_counts[previous].sum(dim=1) + prior)
+    return -bigram.log().mean().item()
+
+
+def bigram_prior_trials(train_tokens, vocab_size):
+    """Loss of the bigram with each prior of BIGRAM_PRIORS on the training tokens' last 15%, counted on the rest.
+
+    The baseline keeps the prior with the lowest: chosen on training text only, never on the held-out novel.
+    """
+    cut = int(0.85 * len(train_tokens))
+    return {prior: bigram_loss(train_tokens[:cut], train_tokens[cut:], vocab_size, prior) for prior in BIGRAM_PRIORS}
+
+
+def baselines(train_tokens, held_out_tokens, vocab_size, prior=BIGRAM_PRIOR):
+    """Held-out loss (nats per token, on held_out_tokens[1:]) of three models counted on the training tokens.
+
+    Unigram: token frequencies with one pseudo-count each (so no token has probability 0).
+    Bigram: P(b | a) = (count(a, b) + prior * P_unigram(b)) / (count(a) + prior).
+    Trigram: interpolated Kneser-Ney (KneserNey above), the strongest of the three.
+    """
+    counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
+    unigram = counts / counts.sum()  # (V,)
+    trigram = kneser_ney(train_tokens, vocab_size, order=3).target_probabilities(held_out_tokens)  # (M - 1,)
+    return {
+        "unigram_loss": round(-unigram[held_out_tokens[1:]].log().mean().item(), 4),
+        "bigram_loss": round(bigram_loss(train_tokens, held_out_tokens, vocab_size, prior), 4),
+        "kneser_ney_trigram_loss": round(-trigram.log().mean().item(), 4),
+    }
+
+
+def baseline_log(train_tokens, held_out_tokens, config, vocab_size):
+    """The baselines on the network's held-out targets, with perplexities, and on the curve's first targets."""
+    trials = bigram_prior_trials(train_tokens, vocab_size)
+    prior = min(trials, key=trials.get)
+    base = baselines(train_tokens, held_out_tokens, vocab_size, prior)
+    for name in ("unigram", "bigram", "kneser_ney_trigram"):
+        base[f"{name}_perplexity"] = round(math.exp(base[f"{name}_loss"]), 2)
+    base["bigram_prior"] = prior
+    base["bigram_prior_trials"] = {str(key): round(value, 4) for key, value in trials.items()}
+    probe = held_out_tokens[:config["eval_windows"] * config["context_length"] + 1]  # the curve's targets
+    base["on_the_curves_targets"] = baselines(train_tokens, probe, vocab_size, prior)
+    return base

@@ -333,7 +333,12 @@ def test_the_tiny_training_repeats_itself(short_corpus, tmp_path):
     assert without_provenance(first) == without_provenance(second)
     assert len(first["curve"]["step"]) == config["steps"] // config["eval_every"]
     assert first["curve"]["train_loss"][-1] < first["curve"]["train_loss"][0]
-    assert set(first["baselines"]) == {"unigram_loss", "bigram_loss", "unigram_perplexity", "bigram_perplexity"}
+    names = {"unigram", "bigram", "kneser_ney_trigram"}
+    assert set(first["baselines"]) == {f"{name}_{what}" for name in names for what in ("loss", "perplexity")} | {
+        "bigram_prior", "bigram_prior_trials", "on_the_curves_targets"}
+    assert set(first["baselines"]["on_the_curves_targets"]) == {f"{name}_loss" for name in names}
+    trials = first["baselines"]["bigram_prior_trials"]
+    assert str(first["baselines"]["bigram_prior"]) == min(trials, key=trials.get)  # chosen on training text
     assert first["provenance"]["seed"] == 0 and first["held_out_novel"] == "Persuasion"
     assert not (tmp_path / "first" / lm.CHECKPOINT_NAME).exists()
     assert (tmp_path / "first" / lm.TOKENIZER_NAME).read_bytes() == (tmp_path / "second" / lm.TOKENIZER_NAME).read_bytes()
@@ -432,6 +437,22 @@ def test_the_shipped_measurements_repeat_on_the_held_out_novel(shipped):
     assert loss == pytest.approx(heads["loss"], abs=2e-3)
     assert loss == pytest.approx(log["curve"]["held_out_loss"][-1], abs=0.02)  # the curve's probe, before 16 bits
     assert len(held_out) == log["held_out_tokens"]
+
+
+def test_the_shipped_baselines_repeat(tmp_path):
+    """The log's baselines, recounted from the novels by 'python -m attn.lm baselines' on a copy of the files."""
+    corpus_or_skip()
+    for name in (lm.LOG_NAME, lm.TOKENIZER_NAME):
+        (tmp_path / name).write_bytes((MODELS / name).read_bytes())
+    shipped = json.loads((MODELS / lm.LOG_NAME).read_text())
+    lm_training.main(["baselines", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / lm.LOG_NAME).read_text()) == shipped
+
+
+def test_the_baselines_command_needs_a_log(tmp_path):
+    corpus_or_skip()
+    with pytest.raises(SystemExit, match="does not exist"):
+        lm_training.main(["baselines", "--out", str(tmp_path)])
 
 
 # --- what the heads do -------------------------------------------------------------------------

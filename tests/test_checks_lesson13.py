@@ -20,17 +20,24 @@ def test_the_token_count_after_ten_merges():
     assert "too large" in far and str(count) not in far
 
 
-def test_the_loss_of_a_uniform_model():
-    assert "ln 4096" in correct("13.2", math.log(4096))
-    assert "perplexity" in not_yet("13.2", 4096)
-    assert "bits" in not_yet("13.2", 12)
-    assert "base-10" in not_yet("13.2", math.log10(4096))
-    assert "minus its logarithm" in not_yet("13.2", 1 / 4096)
-    assert "positive" in not_yet("13.2", -math.log(4096))
-    rounded = not_yet("13.2", 8.3)  # ln 4096 as a lesson prints it: the course's rounding rule applies
-    assert "8.31" not in rounded and "looks rounded" in rounded
-    off = not_yet("13.2", 8.0)
-    assert "8.31" not in off and "too small" in off
+def test_the_loss_of_a_model_that_narrows_to_fifty():
+    assert "ln 50" in correct("13.2", math.log(50))
+    assert "perplexity" in not_yet("13.2", 50)
+    assert "knows nothing" in not_yet("13.2", math.log(4096))  # the uniform model's loss, printed in the lesson
+    assert "bits" in not_yet("13.2", math.log2(50))
+    assert "base-10" in not_yet("13.2", math.log10(50))
+    assert "minus its logarithm" in not_yet("13.2", 1 / 50)
+    assert "positive" in not_yet("13.2", -math.log(50))
+    rounded = not_yet("13.2", 3.91)  # ln 50 as a lesson would print it: the course's rounding rule applies
+    assert "3.912" not in rounded and "looks rounded" in rounded
+    off = not_yet("13.2", 3.0)
+    assert "3.91" not in off and "too small" in off
+
+
+def test_no_check_gives_a_factor_that_is_the_answer():
+    for exercise, answer in (("13.1", 1), ("13.1", 2), ("13.2", 1), ("13.2", -1)):
+        verdict = not_yet(exercise, answer)
+        assert "factor" not in verdict and "%" not in verdict, verdict
 
 
 def test_the_weight_on_the_first_token():
@@ -42,6 +49,8 @@ def test_the_weight_on_the_first_token():
         "that is a sum": lambda weights: weights[..., 1:, 0].sum(axis=(1, 3)),
         "one number per layer and head": lambda weights: weights[..., 1:, 0].mean(),
         "transposed: one row per layer": lambda weights: weights[..., 1:, 0].mean(axis=(1, 3)).T,
+        "last two axes are swapped": lambda weights: weights[..., 0, 1:].mean(axis=(1, 3)),
+        "axis=, not dim=": lambda weights: weights[..., 1:, 0].mean(dim=(1, 3)),
     }
     for sentence, function in mistakes.items():
         assert sentence in not_yet("13.3", function), sentence

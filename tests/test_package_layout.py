@@ -116,3 +116,28 @@ def test_the_direction_check_catches_a_layer_that_imports_a_model(tmp_path):
     found = imported_modules(sample)
     assert {"attn.models.decoder", "attn.measure.timing"} <= found
     assert {group_of(module) for module in found} - ALLOWED["layers"] == {"models", "measure"}
+
+
+def test_no_import_circle():
+    """No chain of imports leads from a module back to itself (inside functions included): each one's imports
+    can be read before it, and a layer that extends another sits above it (attn.model_attention above
+    attn.multihead and attn.window)."""
+    graph = {module_name(path): {other for other in imported_modules(path) if other != module_name(path)}
+             for path in MODULES}
+    graph = {name: {other for other in imports if other in graph and group_of(name) is not None
+                    and group_of(other) is not None} for name, imports in graph.items()}
+    state = {}
+
+    def visit(name, path):
+        state[name] = "open"
+        for other in sorted(graph[name]):
+            if state.get(other) == "open":
+                cycle = path[path.index(other):] + [other]
+                raise AssertionError("import circle: " + " -> ".join(cycle))
+            if other not in state:
+                visit(other, [*path, other])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])

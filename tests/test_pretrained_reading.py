@@ -141,7 +141,8 @@ def test_the_shipped_record_says_what_the_lesson_reads():
     names = [condition["name"] for condition in record["streaming"]["conditions"]]
     assert "window 64 + 4 sinks (cache places)" in names and "window 256 + 4 sinks" in names
     assert set(record["bits_per_character"]["overall"]) == {"SmolLM2-135M", "Austen model", "unigram (Austen tokens)",
-                                                            "bigram (Austen tokens)"}
+                                                            "bigram (Austen tokens)",
+                                                            "kneser_ney_trigram (Austen tokens)"}
     assert record["provenance"]["threads"] == 1
 
 

@@ -29,3 +29,14 @@ def test_every_citation_has_an_entry():
     cited = {key.strip() for page in pages for group in CITE.findall(page) for key in group.split(",")}
     assert cited, "no citations found: has the {cite} syntax changed?"
     assert cited <= keys, sorted(cited - keys)
+
+
+def test_no_two_entries_cite_alike():
+    """Author-year citations tell entries apart: no two share a first author and a year (2024a, 2024b where needed)."""
+    database = pybtex.database.parse_file(str(BIB))
+    labels = {}
+    for key, entry in database.entries.items():
+        first = entry.persons["author"][0]
+        label = (" ".join(first.last_names) or str(first), entry.fields["year"])
+        assert label not in labels, f"{key} and {labels[label]} both cite as {label}"
+        labels[label] = key

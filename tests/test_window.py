@@ -10,10 +10,10 @@ import torch
 
 import attn
 from attn import KVCache, MultiHeadAttention, RingKVCache
+from attn.model_attention import ModelAttention
 from attn.models import window_runs
 from attn.models.decoder import Decoder, stepwise_logits
 from attn.window import (
-    ModelAttention,
     sink_attention,
     sink_rescale,
     sliding_window_mask,

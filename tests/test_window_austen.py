@@ -73,3 +73,16 @@ def test_the_shipped_measurement_and_its_first_stretch():
         window_austen.set_window(model, condition["window"], condition["sink_tokens"])
         again = window_austen.binned(window_austen.stream_losses(model, first)[0], record["bin"])
         assert again == pytest.approx(condition["first_stream_loss_by_bin"][:4], abs=2e-3)
+
+
+def test_the_loss_by_position_is_the_mean_over_windows():
+    model = small_model()
+    tokens = torch.randint(50, (16 * 5 + 3,), generator=torch.Generator().manual_seed(3))
+    by_position = window_austen.loss_by_position(model, tokens, batch_size=2)
+    inputs, targets = lm_training.held_out_windows(tokens, 16)
+    with torch.no_grad():
+        each = torch.nn.functional.cross_entropy(model(inputs).transpose(1, 2), targets, reduction="none")
+    assert len(by_position) == 16
+    torch.testing.assert_close(torch.tensor(by_position, dtype=torch.float64), each.mean(dim=0).double(), rtol=0, atol=1e-6)
+    if RESULTS.exists() and "loss_by_position" in json.loads(RESULTS.read_text()):
+        assert len(json.loads(RESULTS.read_text())["loss_by_position"]) == lm.load()[0].context_length

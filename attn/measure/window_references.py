@@ -3,7 +3,7 @@ each built from a tiny random configuration (nothing downloaded), against the co
 
 Each reference gets the mask that transformers' own mask functions build for its layer type and the
 rotary cosines and sines its own rotary embedding computes; the course's copy
-(``attn.window.ModelAttention.from_transformers``) builds its window mask and rotary itself.
+(``attn.model_attention.ModelAttention.from_transformers``) builds its window mask and rotary itself.
 """
 
 import os
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from attn.common.validate import seed_value, whole_number
-from attn.window import ModelAttention
+from attn.model_attention import ModelAttention
 
 EMBED_DIM, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 4, 2, 8
 ROTARY_BASES = {"Mistral": 10000.0, "Gemma 3 local": 10000.0, "Gemma 3 global": 1000000.0, "gpt-oss": 150000.0}

@@ -61,7 +61,7 @@ SIZES = {
     "full": {
         "vocab_size": 4096, "embed_dim": 192, "num_heads": 6, "num_layers": 4, "context_length": 256,
         "batch_size": 16, "steps": 600, "learning_rate": 2.5e-3, "warmup_steps": 30, "weight_decay": 0.1,
-        "dropout": 0.1, "eval_every": 50, "eval_windows": 32, "seed": 0,
+        "dropout": 0.0, "eval_every": 50, "eval_windows": 32, "seed": 0,
     },
     "tiny": {
         "vocab_size": 320, "embed_dim": 32, "num_heads": 2, "num_layers": 2, "context_length": 32,

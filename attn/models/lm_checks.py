@@ -10,8 +10,7 @@ from pathlib import Path
 import torch
 
 from attn.common.destinations import name_problem
-from attn.common.sizes import check_allocation
-from attn.common.validate import positive_int, require_computable, type_name
+from attn.common.validate import type_name
 from attn.models.corpus import austen
 
 CONFIG_KEYS = ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "dropout", "seed", "steps",
@@ -32,21 +31,6 @@ def _check_state(state):
                if not isinstance(state, dict) or key not in state]
     if missing:
         raise TypeError(f"state must be a training state from new_state() or resume_state(); it lacks {', '.join(missing)}")
-
-
-def check_counting(train_tokens, held_out_tokens, vocab_size):
-    """baselines' arguments: 1-D token ids of at least 2 tokens each, inside a vocabulary whose bigram table fits."""
-    vocab_size = positive_int("vocab_size", vocab_size)
-    check_allocation(f"the bigram counts for vocab_size={vocab_size}", 8 * vocab_size * vocab_size)
-    for name, tokens in (("train_tokens", train_tokens), ("held_out_tokens", held_out_tokens)):
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
-            raise TypeError(f"{name} must be a 1-D tensor of token ids, got {type_name(tokens)}")
-        require_computable(name, tokens)
-        if len(tokens) < 2:
-            raise ValueError(f"{name} holds {len(tokens)} tokens; a bigram needs at least 2")
-        if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
-            raise ValueError(f"{name} holds token ids from {int(tokens.min())} to {int(tokens.max())}, outside the "
-                             f"vocabulary 0..{vocab_size - 1}")
 
 
 CHECKPOINT_KEYS = ("config", "model", "optimizer", "generator", "rng", "step", "curve", "seconds")

@@ -43,12 +43,10 @@ from attn.models.lm_checks import (
     _corpus_folder_argument,
     _corpus_or_error,
     check_config,
-    check_counting,
     load_checkpoint,
 )
-from attn.models.tokenizer import train_tokenizer
-
-BIGRAM_PRIOR = 4.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution
+from attn.models.ngram import baseline_log
+from attn.models.tokenizer import Tokenizer, train_tokenizer
 
 
 def split_novels(novels):
@@ -111,26 +109,6 @@ def mean_loss(model, inputs, targets, batch_size=32):
         chunk = targets[start:start + batch_size]
         total += functional.cross_entropy(logits.flatten(0, 1), chunk.flatten(), reduction="sum").item()
     return total / targets.numel()
-
-
-def baselines(train_tokens, held_out_tokens, vocab_size):
-    """Held-out loss (nats per token) of a unigram and a bigram model counted on the training tokens.
-
-    Unigram: token frequencies with one pseudo-count each (so no token has probability 0).
-    Bigram: P(b | a) = (count(a, b) + BIGRAM_PRIOR * P_unigram(b)) / (count(a) + BIGRAM_PRIOR).
-    """
-    check_counting(train_tokens, held_out_tokens, vocab_size)
-    counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
-    unigram = counts / counts.sum()  # (V,)
-    pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
-    pair_counts = torch.bincount(pairs, minlength=vocab_size * vocab_size).double().view(vocab_size, vocab_size)
-    previous, following = held_out_tokens[:-1], held_out_tokens[1:]
-    bigram = (pair_counts[previous, following] + BIGRAM_PRIOR * unigram[following]) / (
-        pair_counts[previous].sum(dim=1) + BIGRAM_PRIOR)
-    return {
-        "unigram_loss": round(-unigram[following].log().mean().item(), 4),
-        "bigram_loss": round(-bigram.log().mean().item(), 4),
-    }
 
 
 def learning_rate_at(step, config):
@@ -317,17 +295,35 @@ def export(out, corpus=None):
     return log
 
 
+def refresh_baselines(out, corpus=None):
+    """Recount the baselines of the log in folder ``out`` (its tokenizer retrained, as training does); returns the log.
+
+    For a shipped model whose log predates a baseline: the weights and the network's numbers stay as they are.
+    """
+    path = Path(out) / LOG_NAME
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist: train a model there first ('{TRAIN_COMMAND} --out {out}')")
+    log = json.loads(path.read_text())
+    config = log["config"]
+    tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
+    if tokenizer.backend.to_str() != Tokenizer.load(Path(out) / TOKENIZER_NAME).backend.to_str():
+        raise SystemExit(f"the tokenizer trained now differs from {Path(out) / TOKENIZER_NAME}: not the same corpus?")
+    _, targets = held_out_windows(held_out_tokens, config["context_length"])
+    log["baselines"] = baseline_log(train_tokens, held_out_tokens[:targets.numel() + 1], config, tokenizer.vocab_size)
+    write_text(path, json.dumps(log, indent=1) + "\n")
+    return log
+
+
 def final_log(config, state, tokenizer, train_tokens, held_out_tokens):
     """The JSON log: settings, curve, held-out loss and perplexity beside the baselines, provenance."""
     check_config(config)
     _check_state(state)
     if not callable(getattr(tokenizer, "encode", None)):
         raise TypeError(f"tokenizer must be an attn.models.tokenizer.Tokenizer, got {type_name(tokenizer)}")
-    loss = mean_loss(state["model"], *held_out_windows(held_out_tokens, config["context_length"]))
+    inputs, targets = held_out_windows(held_out_tokens, config["context_length"])
+    loss = mean_loss(state["model"], inputs, targets)
     measured = {"held_out_loss": round(loss, 4), "held_out_perplexity": round(math.exp(loss), 2)}
-    base = baselines(train_tokens, held_out_tokens, tokenizer.vocab_size)
-    base["unigram_perplexity"] = round(math.exp(base["unigram_loss"]), 2)
-    base["bigram_perplexity"] = round(math.exp(base["bigram_loss"]), 2)
+    base = baseline_log(train_tokens, held_out_tokens[:targets.numel() + 1], config, tokenizer.vocab_size)
     parameters = sum(p.numel() for p in state["model"].parameters())
     return {
         "config": config,
@@ -386,10 +382,19 @@ def main(argv=None):
     trainer.add_argument("--seed", type=SEED_ARGUMENT, default=None, help="seed (default 0)")
     trainer.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
     trainer.add_argument("--threads", type=threads_argument(), default=1, help="math threads (default 1: same sums everywhere)")
+    refresher = commands.add_parser("baselines", help="recount the baselines in a trained model's log")
+    refresher.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_training.json")
+    refresher.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
     exporter = commands.add_parser("export", help="ship the last checkpoint of a training that could not finish")
     exporter.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_checkpoint.pt")
     exporter.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
     args = parser.parse_args(argv)
+    if args.command == "baselines":
+        _corpus_or_error(parser, args.corpus)
+        base = refresh_baselines(args.out, args.corpus)["baselines"]
+        print(f"Baselines: unigram {base['unigram_perplexity']:.1f}, bigram {base['bigram_perplexity']:.1f}, "
+              f"Kneser-Ney trigram {base['kneser_ney_trigram_perplexity']:.1f} (perplexity on the held-out novel).")
+        return
     if args.command == "export":
         _corpus_or_error(parser, args.corpus)
         try:
@@ -408,7 +413,9 @@ def main(argv=None):
         raise SystemExit(str(error)) from None
     print(f"Held-out loss on {log['held_out_novel']}: {log['held_out_loss']:.3f} nats per token "
           f"(perplexity {log['held_out_perplexity']:.1f}); unigram {log['baselines']['unigram_perplexity']:.1f}, "
-          f"bigram {log['baselines']['bigram_perplexity']:.1f}. {log['provenance']['seconds'] / 60:.1f} min. "
+          f"bigram {log['baselines']['bigram_perplexity']:.1f}, "
+          f"Kneser-Ney trigram {log['baselines']['kneser_ney_trigram_perplexity']:.1f}. "
+          f"{log['provenance']['seconds'] / 60:.1f} min. "
           f"Wrote {args.out / WEIGHTS_NAME}, {args.out / TOKENIZER_NAME}, {args.out / LOG_NAME}.")
 
 

@@ -205,18 +205,22 @@ def chunk_costs(model, tokenizer, chunks):
 
 
 def baseline_chunk_costs(tokenizer, train_texts, chunks):
-    """Nats (C,) of each chunk's tokens after the first under lesson 13's unigram and bigram (``baselines``, counted
-    on ``train_texts`` in ``tokenizer``'s tokens): a dict name -> (C,). ``baselines`` gives a chunk's mean loss
-    rounded to 4 decimals, so each total is within 5e-5 nats a token of the exact one."""
-    from attn.models.lm_training import baselines, token_tensor
+    """Nats (C,) of each chunk's tokens after the first under lesson 13's three baselines, counted on
+    ``train_texts`` in ``tokenizer``'s tokens: the unigram, the bigram with its chosen prior and the Kneser-Ney
+    trigram (``attn.models.ngram``): a dict name -> (C,), exact sums (each model is counted once)."""
+    from attn.models.lm_training import token_tensor
+    from attn.models.ngram import bigram_loss, kneser_ney
 
     train_tokens = token_tensor(tokenizer, train_texts)
-    costs = {"unigram": [], "bigram": []}
+    counts = torch.bincount(train_tokens, minlength=tokenizer.vocab_size).double() + 1.0  # (V,)
+    unigram = counts / counts.sum()  # (V,)
+    trigram = kneser_ney(train_tokens, tokenizer.vocab_size, order=3)
+    costs = {"unigram": [], "bigram": [], "kneser_ney_trigram": []}
     for chunk in chunks:
         tokens = torch.tensor(tokenizer.encode(chunk), dtype=torch.long)
-        losses = baselines(train_tokens, tokens, tokenizer.vocab_size)  # nats a token over tokens 1 .. n - 1
-        for name in costs:
-            costs[name].append(losses[f"{name}_loss"] * (len(tokens) - 1))
+        costs["unigram"].append(-unigram[tokens[1:]].log().sum().item())
+        costs["bigram"].append(bigram_loss(train_tokens, tokens, tokenizer.vocab_size) * (len(tokens) - 1))
+        costs["kneser_ney_trigram"].append(-trigram.target_probabilities(tokens).log().sum().item())
     return {name: torch.tensor(values, dtype=torch.float64) for name, values in costs.items()}
 
 

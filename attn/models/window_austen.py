@@ -6,7 +6,8 @@ The StreamingLLM experiment (Xiao et al. 2024) on the course's own model: stretc
 novel, several times longer than the model's training context, are read with full causal attention,
 with a window of each size in WINDOWS in every layer, and with the same windows plus the first few
 tokens kept (sink tokens). The loss at each position, averaged over the stretches and over bins of
-positions, and how much attention the model gives its first token, are written to window_austen.json,
+positions, how much attention the model gives its first token, and the model's loss at each position
+of its training context (full attention, over every held-out window), are written to window_austen.json,
 so the lesson plots them without the corpus. The window is set on the
 model's own layers (``set_window``), so the full pass is exactly what decoding through RingKVCaches
 gives (the tests check that).
@@ -175,6 +176,20 @@ def measure(model, streams, windows=WINDOWS, sink_counts=SINK_COUNTS, bin_size=B
     return record
 
 
+@torch.no_grad()
+def loss_by_position(model, tokens, batch_size=32):
+    """Mean next-token loss at each position 0 .. context_length - 1 over every held-out window of ``tokens`` (N,)."""
+    from attn.models.lm_training import held_out_windows
+
+    inputs, targets = held_out_windows(tokens, model.context_length)  # (W, T) each
+    total = torch.zeros(model.context_length, dtype=torch.float64)
+    for start in range(0, len(inputs), batch_size):
+        logits = model(inputs[start:start + batch_size])  # (b, T, V)
+        chunk = targets[start:start + batch_size]
+        total += functional.cross_entropy(logits.transpose(1, 2), chunk, reduction="none").double().sum(dim=0)
+    return (total / len(inputs)).tolist()
+
+
 def run(out, corpus=None, models=None, windows=WINDOWS, sink_counts=SINK_COUNTS, length=STREAM_LENGTH, count=STREAMS):
     """Load lesson 13's model and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record."""
     from attn.models.corpus import austen
@@ -182,8 +197,11 @@ def run(out, corpus=None, models=None, windows=WINDOWS, sink_counts=SINK_COUNTS,
     from attn.models.lm_training import token_tensor
 
     model, tokenizer = load(models)
-    streams = held_out_streams(token_tensor(tokenizer, [austen(corpus)[HELD_OUT]]), length, count)
+    tokens = token_tensor(tokenizer, [austen(corpus)[HELD_OUT]])
+    streams = held_out_streams(tokens, length, count)
     record = measure(model, streams, windows, sink_counts)
+    set_window(model, None)
+    record["loss_by_position"] = [round(value, 4) for value in loss_by_position(model, tokens)]
     record.update({"held_out": HELD_OUT, "torch": torch.__version__, "threads": torch.get_num_threads()})
     Path(out).mkdir(parents=True, exist_ok=True)
     write_text(Path(out) / RESULTS_NAME, json.dumps(record, indent=1) + "\n")

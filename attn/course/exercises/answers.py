@@ -85,6 +85,7 @@ class Function:
     what: str
     calls: Callable  # () -> [(label, arguments)], a label such as "with 'apple'"
     returns: Number | Array
+    errors: tuple = ()  # (words in an exception's message, a hint added to the sentence), for known slips
     noun = "a function"
 
 
@@ -389,7 +390,7 @@ def attempt(function, *arguments):
             return None, error
 
 
-def call(function, label, arguments, returns):
+def call(function, label, arguments, returns, errors=()):
     """Call ``function(*arguments)`` and clean its output as ``returns``; AnswerError says what went wrong.
 
     ``label`` says how it was called, for the sentence: "with 'apple'".
@@ -399,7 +400,9 @@ def call(function, label, arguments, returns):
         stops = "which stops the program: return a value instead"
         raise AnswerError(f"called {label}, your function called sys.exit() (or exit()), {stops}.")
     if error is not None:
-        raise AnswerError(f"called {label}, your function raised {type(error).__name__}{after_colon(error)}.")
+        hints = [hint for words, hint in errors if words in str(error)]
+        hint = f" {hints[0]}" if hints else ""
+        raise AnswerError(f"called {label}, your function raised {type(error).__name__}{after_colon(error)}.{hint}")
     if output is None:
         raise AnswerError(f"called {label}, your function returned None: does it end with a return statement?")
     if output is Ellipsis:
@@ -410,5 +413,5 @@ def call(function, label, arguments, returns):
 def _called(function, expects):
     if not callable(function):
         raise AnswerError(f"pass {expects.what} itself (its name, no brackets), not {with_article(kind_of(function))}.")
-    outputs = [call(function, label, arguments, expects.returns) for label, arguments in expects.calls()]
+    outputs = [call(function, label, arguments, expects.returns, expects.errors) for label, arguments in expects.calls()]
     return Called(function, outputs)

@@ -1,5 +1,5 @@
-"""Lesson 13's exercises: a paragraph counted in tokens after ten merges, the loss of a model that knows nothing,
-and the weight every head gives the first token.
+"""Lesson 13's exercises: a paragraph counted in tokens after ten merges, the loss of a model that narrows each
+token down to a few candidates, and the weight every head gives the first token.
 
 torch is imported inside the functions, so that ``import attn`` stays free of it.
 """
@@ -9,10 +9,12 @@ import math
 import numpy as np
 
 from attn.course.exercises.answers import Array, Function, Number
+from attn.course.exercises.directions import direction_only
 from attn.course.exercises.judging import compare, compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
-VOCABULARY = 4096  # exercise 13.2: the Austen tokenizer's vocabulary
+VOCABULARY = 4096  # the Austen tokenizer's vocabulary
+CANDIDATES = 50  # exercise 13.2: a model that always narrows the next token down to 50 equally likely ones
 
 
 # --- 13.1: a paragraph in tokens ---------------------------------------------------------------
@@ -83,35 +85,39 @@ def _tokens_after_merges(count, expected):
     ):
         if count == wrong:
             return sentence + "."
-    return compare_without_answer(np.asarray(count), np.asarray(expected), "your token count")
+    return direction_only(count, expected, "your token count")
 
 
-# --- 13.2: the loss of knowing nothing ----------------------------------------------------------
+# --- 13.2: the loss of a model that narrows the choice --------------------------------------------
 
 @exercise(
     "13.2",
     Number("your loss"),
-    solution=lambda: math.log(VOCABULARY),
+    solution=lambda: math.log(CANDIDATES),
     success=(
-        "every token gets probability 1 / 4096, so each prediction costs -ln(1/4096) = ln 4096 nats, and the "
-        "perplexity, e to the loss, is 4096 itself: as unsure as a choice among 4,096 equal options."
+        "the token that came always gets probability 1 / 50, so each prediction costs -ln(1/50) = ln 50 nats, about 3.9, "
+        "and the perplexity, e to the loss, is 50 itself: perplexity counts the equally likely options."
     ),
 )
-def _uniform_loss(loss, expected):
+def _narrowed_loss(loss, expected):
     if loss.shape != ():
         return compare_without_answer(loss, expected, "your loss")
+    if compare(loss, np.asarray(expected), "your loss") is None:
+        return None
     value = float(loss)
     for wrong, sentence in (
-        (VOCABULARY, "4096 is the perplexity of that model, e to the loss; the loss is the logarithm of it"),
-        (math.log2(VOCABULARY), "that is the loss in bits (a base-2 logarithm); the course measures cross-entropy "
+        (CANDIDATES, "50 is that model's perplexity, e to the loss; the loss is the logarithm of it"),
+        (math.log(VOCABULARY), "that is the loss of a model that knows nothing, spread over all 4,096 tokens; this one "
+                               "spreads its probability over 50 candidates only, and the right token is always one of them"),
+        (math.log2(CANDIDATES), "that is the loss in bits (a base-2 logarithm); the course measures cross-entropy "
                                 "in nats, with the natural logarithm, as torch.nn.functional.cross_entropy does"),
-        (math.log10(VOCABULARY), "that is a base-10 logarithm; cross-entropy in nats uses the natural logarithm"),
-        (1 / VOCABULARY, "that is the probability of each token; the loss is minus its logarithm"),
-        (-math.log(VOCABULARY), "a loss is minus the logarithm of a probability below 1, so it is positive"),
+        (math.log10(CANDIDATES), "that is a base-10 logarithm; cross-entropy in nats uses the natural logarithm"),
+        (1 / CANDIDATES, "that is the probability the right token gets; the loss is minus its logarithm"),
+        (-math.log(CANDIDATES), "a loss is minus the logarithm of a probability below 1, so it is positive"),
     ):
-        if math.isclose(value, wrong, rel_tol=1e-3):
+        if math.isclose(value, wrong, rel_tol=1e-9):
             return sentence + "."
-    return compare_without_answer(loss, expected, "your loss")
+    return direction_only(loss, expected, "your loss")
 
 
 # --- 13.3: the weight on the first token --------------------------------------------------------
@@ -138,9 +144,14 @@ def _first_token_calls():
     return [(f"on weights of shape {weights.shape}", (weights,)) for weights in _first_token_cases()]
 
 
+def _average_over(weights, axes):
+    return weights[..., 1:, 0].mean(axis=axes)
+
+
 @exercise(
     "13.3",
-    Function("your first_token_weight", calls=_first_token_calls, returns=Array("the weights on the first token")),
+    Function("your first_token_weight", calls=_first_token_calls, returns=Array("the weights on the first token"),
+             errors=(("'dim'", "The check passes NumPy arrays, whose mean takes axis=, not dim= (PyTorch's name)."),)),
     solution=lambda: first_token_weight,
     success=(
         "the weight on key 0, column 0 of each row, averaged over the batch and over every query but the first, "
@@ -165,6 +176,11 @@ def _weight_on_first_token(answer, expected):
                                                    "the weight on the first token is column 0 of every row"),
             (weights[..., 1:, -1].mean(axis=(1, 3)), "that is the last key's column; the first token is key 0"),
             (weights[..., 1:, 0].sum(axis=(1, 3)), "that is a sum; divide by the number of weights (or use .mean)"),
+            (weights[..., 1:, 0].mean(axis=(1, 2)), "that averages over the batch and the heads; after weights[..., 1:, 0] "
+                                                    "the axes are (L, B, H, queries): average over the batch (axis 1) "
+                                                    "and the queries (axis 3), not the heads"),
+            (weights[..., 0, 1:].mean(axis=(1, 3)), "the last two axes are swapped: weights[..., 0, 1:] is row 0, the first "
+                                                    "query; the first key is column 0 of every row, weights[..., 1:, 0]"),
             (target.T, f"the numbers are right but transposed: one row per layer, (L, H) = {target.shape}"),
         ):
             if matches(output, mistake):

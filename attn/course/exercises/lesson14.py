@@ -7,16 +7,17 @@ The checks never show the expected values: they name the mistake, or say which e
 import numpy as np
 
 from attn.course.exercises.answers import Array, Number
-from attn.course.exercises.judging import compare_without_answer, matches
+from attn.course.exercises.directions import direction_only
+from attn.course.exercises.judging import compare, compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
-# Exercise 14.1: T = 8 positions, a window of 3 keys (itself included), 2 sink tokens.
-LENGTH, WINDOW, SINKS = 8, 3, 2
+# Exercise 14.1: T = 10 positions, a window of 4 keys (itself included), 3 sink tokens (not the lesson's example).
+LENGTH, WINDOW, SINKS = 10, 4, 3
 # Exercise 14.2: 48 layers, every 6th global (8 global, 40 local), 8 key/value heads of 128,
 # local window 1024, a 131,072-token sequence, bfloat16.
 LAYERS, EVERY, KV_HEADS, HEAD_DIM, LOCAL_WINDOW, CONTEXT, BYTES = 48, 6, 8, 128, 1024, 131_072, 2
-# Exercise 14.3: one query's scores over 4 keys and its head's learned sink logit.
-SCORES, SINK = np.array([2.0, 1.0, 0.0, -1.0]), 1.5
+# Exercise 14.3: one query's scores over 5 keys and its head's learned sink logit (not the lesson's example).
+SCORES, SINK = np.array([0.5, 3.0, -1.0, 1.0, 2.0]), 2.5
 # Exercise 14.4: 3 local layers of window 64, no global layer.
 STACK_LAYERS, STACK_WINDOW = 3, 64
 
@@ -33,18 +34,18 @@ def _window_mask(window=WINDOW, sinks=SINKS, causal_sinks=True, causal=True):
     "14.1",
     Array("your mask", kind="mask", meaning="True = may attend"),
     solution=_window_mask,
-    success="each row keeps its last 3 keys (itself included) and the 2 sinks, and never a key after itself.",
+    success="each row keeps its last 4 keys (itself included) and the 3 sinks, and never a key after itself.",
 )
 def _window_with_sinks(mask, expected):
     pattern = mask.astype(bool)
     if pattern.shape != expected.shape:
         return f"the mask is one row per query and one column per key: ({LENGTH}, {LENGTH}), not {pattern.shape}."
     for mistake, hint in (
-        (_window_mask(WINDOW + 1), "the off-by-one window: each row keeps 4 recent keys, one too many. The query at "
-                                   "position p keeps p - 3 < j <= p, which is 3 keys counting itself"),
-        (_window_mask(WINDOW - 1), "each row keeps only 2 recent keys, one too few: a window of 3 counts the query's "
-                                   "own key too, so p - 3 < j <= p"),
-        (_window_mask(sinks=0), "the sink tokens are missing: keys 0 and 1 stay visible to every query"),
+        (_window_mask(WINDOW + 1), "the off-by-one window: each row keeps 5 recent keys, one too many. The query at "
+                                   "position p keeps p - 4 < j <= p, which is 4 keys counting itself"),
+        (_window_mask(WINDOW - 1), "each row keeps only 3 recent keys, one too few: a window of 4 counts the query's "
+                                   "own key too, so p - 4 < j <= p"),
+        (_window_mask(sinks=0), "the sink tokens are missing: keys 0, 1 and 2 stay visible to every later query"),
         (_window_mask(causal_sinks=False), "the sinks are visible before they exist: query 0 may not see key 1, "
                                            "a sink is still a key in the past"),
         (_window_mask(causal=False, causal_sinks=False), "the band runs both ways: a query may not see keys after itself"),
@@ -67,6 +68,13 @@ def _cache_gib(global_layers=LAYERS // EVERY, window_on_global=False, tensors=2,
     return (local_layers * LOCAL_WINDOW + global_layers * global_length) * per_position / 2**30
 
 
+def _cache_with_window(window):
+    """The cache in GiB with local windows of ``window`` positions: 1,023 and 1,025 are the off-by-one windows."""
+    per_position = 2 * KV_HEADS * HEAD_DIM * BYTES
+    global_layers = LAYERS // EVERY
+    return ((LAYERS - global_layers) * window + global_layers * CONTEXT) * per_position / 2**30
+
+
 @exercise(
     "14.2",
     Number("your size in GiB"),
@@ -75,6 +83,10 @@ def _cache_gib(global_layers=LAYERS // EVERY, window_on_global=False, tensors=2,
             "against 24 GiB if every layer were global.",
 )
 def _windowed_cache(size, expected):
+    if size.shape != ():
+        return "give one number: the cache's size in GiB."
+    if compare(size, np.asarray(expected), "your size in GiB") is None:
+        return None
     for mistake, hint in (
         (_cache_gib(all_global=True), "that is the cache with every layer global; 40 of the 48 layers keep only their "
                                       "last 1,024 positions"),
@@ -82,16 +94,22 @@ def _windowed_cache(size, expected):
                                             "one of the 131,072 positions"),
         (_cache_gib(global_layers=LAYERS // (EVERY - 1)), "that counts one global layer in 5; the pattern is 5 local "
                                                           "then 1 global, one in 6: 8 of the 48"),
-        (_cache_gib(tensors=1), "that is the keys alone; the cache holds keys and values, twice as much"),
+        (_cache_gib(tensors=1), "that is half the cache: either the keys alone (the cache holds a key and a value per "
+                                "position) or 1 byte per number (bfloat16 uses 2)"),
         (_cache_gib(bytes_per_number=4), "that counts 4 bytes per number (float32); bfloat16 uses 2"),
+        (_cache_with_window(LOCAL_WINDOW - 1), "that keeps 1,023 positions per local layer, the off-by-one: a window "
+                                               "of 1,024 keys counts the query's own, so a local layer keeps 1,024"),
+        (_cache_with_window(LOCAL_WINDOW + 1), "that keeps 1,025 positions per local layer, the off-by-one: a window "
+                                               "of 1,024 keys counts the query's own, so a local layer keeps 1,024, "
+                                               "not 1,024 before the query"),
     ):
-        if matches(size, mistake, atol=1e-3):
+        if matches(size, mistake, atol=1e-9):
             return hint + "."
     if matches(size, expected * 2**30, atol=1):
         return "that is the size in bytes; divide by 2**30 for GiB."
-    if matches(size, expected * 2**30 / 1e9, atol=1e-3):
+    if matches(size, expected * 2**30 / 1e9, atol=1e-6):
         return "that is in GB (10**9 bytes); a GiB is 2**30 bytes."
-    return compare_without_answer(size, expected, "your size in GiB", atol=1e-3)
+    return direction_only(size, expected, "your size in GiB")
 
 
 def _sink_weights(renormalise=False, keep_sink=False):
@@ -107,14 +125,14 @@ def _sink_weights(renormalise=False, keep_sink=False):
     "14.3",
     Array("your weights"),
     solution=_sink_weights,
-    success="the sink takes its share of the denominator and gives nothing back: the four weights sum to less than 1.",
+    success="the sink takes its share of the denominator and gives nothing back: the five weights sum to less than 1.",
 )
 def _learned_sink(weights, expected):
     if matches(weights, _sink_weights(keep_sink=True)):
-        return "that keeps the sink's own weight as a fifth entry; the sink has no value, so drop its column: four weights."
+        return "that keeps the sink's own weight as a sixth entry; the sink has no value, so drop its column: five weights."
     if matches(weights, _sink_weights(renormalise=True)):
         return ("those weights sum to 1: that is the plain softmax of the scores (or the sink's share dropped and the rest "
-                "renormalised). The sink stays in the denominator, so the four weights sum to less than 1.")
+                "renormalised). The sink stays in the denominator, so the five weights sum to less than 1.")
     shifted = np.exp(SCORES + SINK) / np.exp(SCORES + SINK).sum()
     if matches(weights, shifted):
         return "that adds the sink logit to every score, which softmax cancels; the sink is one more entry in the denominator."
@@ -142,4 +160,6 @@ def _receptive_field(distance, expected):
     ):
         if matches(distance, np.asarray(mistake)):
             return hint + "."
-    return compare_without_answer(distance, expected, "your distance")
+    if distance.shape != ():
+        return "give one whole number: the largest distance."
+    return compare(distance, np.asarray(expected), "your distance") and direction_only(distance, expected, "your distance")

@@ -8,7 +8,8 @@ A named mistake is recognised on cases where it differs from the answer; the exp
 import numpy as np
 
 from attn.course.exercises.answers import Array, Function, Number
-from attn.course.exercises.judging import how_far, matches
+from attn.course.exercises.directions import direction_only
+from attn.course.exercises.judging import compare, matches
 from attn.course.exercises.registry import exercise
 
 # Exercise 15.1: a model with 32 heads of 128, a latent of 512 and a shared rotary key of 64.
@@ -36,7 +37,7 @@ def _cache_ratio(tensors=2, rope_per_head=False, with_rope=True):
 def _cache_ratio_check(ratio, expected):
     if ratio.shape != ():
         return "give one number: how many times fewer numbers latent attention caches per token."
-    if matches(ratio, expected, atol=0.05):
+    if compare(ratio, np.asarray(expected), "your ratio") is None:
         return None
     mistakes = {
         _cache_ratio(tensors=1): "that counts only the keys of multi-head attention; it caches a value per head too.",
@@ -47,9 +48,9 @@ def _cache_ratio_check(ratio, expected):
         1 / _cache_ratio(): "that is the ratio the other way round: divide multi-head attention's count by the latent's.",
     }
     for wrong, hint in mistakes.items():
-        if matches(ratio, wrong, atol=0.05):
+        if matches(ratio, wrong, atol=1e-9):
             return hint
-    return how_far(ratio, expected, "your ratio")
+    return direction_only(ratio, expected, "your ratio")
 
 
 def delta_write(state, key, value, beta):
@@ -58,7 +59,11 @@ def delta_write(state, key, value, beta):
 
 
 def _write_calls():
-    """Hidden calls, all square (d_k = d_v), so that a transposed read or write gives numbers, not a shape error."""
+    """Hidden calls, all square (d_k = d_v), so that a transposed read or write gives numbers, not a shape error.
+
+    Keys of length 1 and of other lengths, and beta up to 2: a write divided by |k|^2 or a beta clamped to 1 differ
+    from the rule on these, as they would not on unit keys with beta <= 1.
+    """
     generator = np.random.default_rng(15)
     square = generator.normal(size=(2, 2))  # not symmetric: S k and S^T k differ
     larger = generator.normal(size=(3, 3))
@@ -66,6 +71,9 @@ def _write_calls():
         ("on an empty 2 x 2 state with beta = 1", (np.zeros((2, 2)), np.array([1.0, 0.0]), np.array([2.0, -1.0]), 1.0)),
         ("on a full 2 x 2 state with beta = 1", (square, np.array([0.6, 0.8]), np.array([1.0, 3.0]), 1.0)),
         ("on a full 3 x 3 state with beta = 0.5", (larger, np.array([0.0, 0.6, 0.8]), np.array([-2.0, 0.5, 1.0]), 0.5)),
+        ("on a full 2 x 2 state, a key of length 2, beta = 0.5", (square, np.array([1.2, 1.6]), np.array([0.5, -1.0]), 0.5)),
+        ("on a full 3 x 3 state, a key of length 0.5, beta = 2", (larger, np.array([0.3, 0.0, 0.4]), np.array([1.0, 2.0, -1.0]),
+                                                                 2.0)),
     ]
 
 
@@ -76,10 +84,14 @@ WRITE_MISTAKES = {
     "reads the memory with S k; the memory is read with S^T k (k has d_k entries, S is d_k x d_v)": (
         lambda s, k, v, b: s + b * np.outer(k, v - s @ k)
     ),
+    "clamps beta to at most 1; the rule uses beta as given (a model keeps it in [0, 1] with a sigmoid, but the "
+    "formula does not)": lambda s, k, v, b: s + min(b, 1.0) * np.outer(k, v - s.T @ k),
     "leaves out beta: the error is scaled by beta before it is written": lambda s, k, v, b: s + np.outer(k, v - s.T @ k),
     "subtracts the write; the error is added, so the memory moves towards v": (
         lambda s, k, v, b: s - b * np.outer(k, v - s.T @ k)
     ),
+    "divides the write by |k|^2 (the normalised rule); the delta rule as written takes beta k (v - S^T k)^T as it is, "
+    "for keys of any length": lambda s, k, v, b: s + b * np.outer(k, v - s.T @ k) / (k @ k),
     "writes the outer product the other way round: k v^T has the shape (d_k, d_v) of the state": (
         lambda s, k, v, b: s + b * np.outer(v - s.T @ k, k)
     ),
@@ -119,7 +131,7 @@ def _delta_write(written, expected):
 def _written_twice(price, expected):
     if price.shape != ():
         return "give one number: what the memory returns for apple."
-    if matches(price, expected):
+    if compare(price, np.asarray(expected), "your price") is None:
         return None
     mistakes = {
         SECOND_PRICE: "that is what the delta rule returns (it overwrites); plain linear attention only ever adds.",
@@ -130,4 +142,4 @@ def _written_twice(price, expected):
     for wrong, hint in mistakes.items():
         if matches(price, wrong):
             return hint
-    return how_far(price, expected, "your price")
+    return direction_only(price, expected, "your price")

@@ -203,6 +203,7 @@ def test_wrong_models_and_sizes_get_a_sentence():
     (lambda model: pretrained_reading.bits_per_character(None, None), "nats must be a torch.Tensor"),
     (lambda model: pretrained_reading.bits_per_character(torch.ones(2), torch.zeros(2)), "at least one character"),
     (lambda model: pretrained_reading.t_quantile(float("nan")), "degrees must be a positive int"),
+    (lambda model: pretrained_reading.paired_interval(torch.tensor([1.0, float("nan")]), torch.ones(2)), "first contains NaN"),
     (lambda model: pretrained_reading.run("out", progress=None), "progress must be a function"),
 ])
 def test_the_measures_refuse_wrong_arguments_before_any_work(call, message):

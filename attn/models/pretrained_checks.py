@@ -96,3 +96,12 @@ def check_costs(nats, characters):
         raise ValueError(f"nats and characters must have one value a chunk each, got {len(nats)} and {len(characters)}")
     if (characters <= 0).any():
         raise ValueError("every chunk must cover at least one character (characters > 0)")
+
+
+def check_paired_values(first, second):
+    """paired_interval's values (N,): dense, on a real device, real numbers (not bool, not complex), finite."""
+    for name, values in (("first", first), ("second", second)):
+        require_computable(name, values)
+        if values.dtype == torch.bool or values.is_complex():
+            raise TypeError(f"{name} must hold real numbers (losses, bits), got {values.dtype}")
+        require_finite(name, values, "the mean and its interval would be NaN")

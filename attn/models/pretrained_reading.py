@@ -253,6 +253,7 @@ def paired_interval(first, second):
             or first.shape != second.shape or len(first) == 0:
         raise ValueError(f"first and second must be 1-D tensors of paired values, of one length, got "
                          f"{getattr(first, 'shape', type_name(first))} and {getattr(second, 'shape', type_name(second))}")
+    checks.check_paired_values(first, second)
     differences = (second - first).double()
     count = len(differences)
     mean = differences.mean().item()

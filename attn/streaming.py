@@ -17,7 +17,8 @@ import math
 import torch
 
 from attn.common.layer_checks import check_attention_shapes
-from attn.common.validate import require_tensor, type_name
+from attn.common.validate import require_computable, type_name
+from attn.masks import check_keep_mask
 from attn.positions import apply_rotary
 from attn.window import check_window_arguments, window_keep_mask
 
@@ -52,7 +53,17 @@ def cache_places(query_position, window, sink_tokens=0):
 
 def cache_shift(query_positions, window, sink_tokens):
     """How far each query's cache places sit below the absolute positions: max(0, p - W + 1 - S), (T_q,)."""
-    return (query_positions - window + 1 - sink_tokens).clamp(min=0)
+    _check_positions("query_positions", query_positions)
+    window, sink_tokens = check_window_arguments(window, sink_tokens)
+    if window is None:
+        raise ValueError("window must be a positive int: without a window no key leaves the cache")
+    return _shift(query_positions, window, sink_tokens)
+
+
+def _shift(query_positions, window, sink_tokens):
+    """cache_shift without its checks. A reach W + S - 1 past every int64 position is capped (the shift is 0)."""
+    reach = min(window + sink_tokens - 1, torch.iinfo(torch.int64).max)
+    return (query_positions - reach).clamp(min=0)
 
 
 def streaming_attention(query, key, value, window, sink_tokens=0, rotary_base=None, query_positions=None,
@@ -70,6 +81,7 @@ def streaming_attention(query, key, value, window, sink_tokens=0, rotary_base=No
     window, sink_tokens = check_window_arguments(window, sink_tokens)
     if window is None:
         raise ValueError("window must be a positive int: StreamingLLM's cache is a window plus sinks")
+    check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
     visible = window_keep_mask(query_positions, key_positions, window, sink_tokens)  # (T_q, T_k)
     if keep_mask is not None:
         visible = visible & keep_mask
@@ -85,7 +97,7 @@ def streaming_attention(query, key, value, window, sink_tokens=0, rotary_base=No
         scores = apply_rotary(query, query_positions, rotary_base) @ rotated_key.transpose(-2, -1) * scale  # (B, H, T_q, T_k)
         is_sink = key_positions < sink_tokens  # (T_k,)
         if is_sink.any():  # the sinks' columns again, the queries rotated at their places in the cache
-            capped = query_positions - cache_shift(query_positions, window, sink_tokens)  # (T_q,): at most S + W - 1
+            capped = query_positions - _shift(query_positions, window, sink_tokens)  # (T_q,): at most S + W - 1
             sink_keys = rotated_key[:, :, is_sink].transpose(-2, -1)  # (B, H, d, S)
             scores[..., is_sink] = apply_rotary(query, capped, rotary_base) @ sink_keys * scale
     weights = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
@@ -102,11 +114,16 @@ def _check_streaming_inputs(query, key, value, query_positions, key_positions):
         query_positions = key_positions[key.shape[2] - query.shape[2]:]
     for name, positions, length in (("query_positions", query_positions, query.shape[2]),
                                     ("key_positions", key_positions, key.shape[2])):
-        require_tensor(name, positions)
-        if positions.dim() != 1 or positions.is_floating_point() or positions.dtype == torch.bool:
-            raise ValueError(f"{name} must be a 1-D integer tensor, got {positions.dtype} {tuple(positions.shape)}")
+        _check_positions(name, positions)
         if len(positions) != length:
             raise ValueError(f"{name} holds {len(positions)} positions for {length} vectors")
-        if len(positions) and positions.min() < 0:
-            raise ValueError(f"{name} must be 0 or more, got {positions.min().item()}")
     return query_positions.to(query.device), key_positions.to(key.device)
+
+
+def _check_positions(name, positions):
+    """``positions``: a 1-D integer tensor of positions 0 or more, on a real device."""
+    require_computable(name, positions)
+    if positions.dim() != 1 or positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise ValueError(f"{name} must be a 1-D integer tensor, got {positions.dtype} {tuple(positions.shape)}")
+    if len(positions) and positions.min() < 0:
+        raise ValueError(f"{name} must be 0 or more, got {positions.min().item()}")

@@ -77,6 +77,12 @@ EXEMPT = {
     "attn.models.induction_runs.run_with_checkpoints": "trains one of lesson 11's seeds (python -m attn.models.induction_runs)",
     "attn.models.induction.files.train_and_save": "trains lesson 11's models (python -m attn.models.induction, swept)",
     "attn.models.lm_training.train": "trains the Austen model for hours (python -m attn.lm train, swept)",
+    "attn.models.pretrained_reading.run": "reads SmolLM2 and the Austen model for minutes (python -m "
+    "attn.models.pretrained_reading, swept); it checks size, out and progress before loading anything",
+    # Records: named tuples the GGUF reader fills with values it has checked. read_header and tensor_bytes take
+    # the learner's input (swept, and fuzzed in test_gguf.py); tensor_bytes refuses a record not the file's own.
+    "attn.gguf.Header": "a record (NamedTuple) of a checked GGUF file's header, built by read_header (swept, fuzzed)",
+    "attn.gguf.TensorInfo": "a record (NamedTuple) of one tensor's row in a checked GGUF table, built by read_header",
 }
 SAMPLES = 3  # hostile values tried per parameter, taken in turn from its kind's table so that every value is used
 WARM_UP_SECONDS = 30.0  # the first call of a door may import libraries or build its data once

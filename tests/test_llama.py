@@ -15,7 +15,7 @@ from attn.models.llama import (
     WEIGHTS_LIMIT_BYTES,
     LlamaBlock,
     LlamaLM,
-    check_weights_size,
+    _check_weights_size,
     pairs_to_rotate_half,
     rotate_half_to_pairs,
 )
@@ -392,8 +392,8 @@ def test_weights_that_would_be_enormous_are_refused_before_anything_is_computed(
         model(torch.zeros(1, 20000, dtype=torch.long), need_weights=True)
     # SmolLM2-135M's sizes: 30 layers, 9 heads.
     with pytest.raises(ValueError, match=r"432.0 GB, more than the 4.0 GB allowed"):
-        check_weights_size((30, 1, 9, 20000, 20000), torch.float32, "cpu")
-    check_weights_size((30, 1, 9, 512, 512), torch.float32, "cpu")  # lesson 16's texts: 283 MB
+        _check_weights_size((30, 1, 9, 20000, 20000), torch.float32, "cpu")
+    _check_weights_size((30, 1, 9, 512, 512), torch.float32, "cpu")  # lesson 16's texts: 283 MB
     assert 30 * 9 * 1900**2 * 4 < WEIGHTS_LIMIT_BYTES < 30 * 9 * 2000**2 * 4  # "about 1,900 tokens", as documented
 
 

@@ -183,6 +183,35 @@ def test_wrong_models_and_sizes_get_a_sentence():
         pretrained_reading.measure(torch.nn.Linear(2, 2), tokenizer, model, tokenizer, {}, "tiny")
 
 
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda model: pretrained_reading.passage_losses(1, torch.zeros(1, 4, dtype=torch.long)), "model must be an attn.lm"),
+    (lambda model: pretrained_reading.passage_losses(model, 2**63), "passages must be a tensor of integer token ids"),
+    (lambda model: pretrained_reading.passage_losses(model, torch.zeros(1, 2, dtype=torch.long)), "T >= 3"),
+    (lambda model: pretrained_reading.sink_measures(model, torch.zeros(1, 4, dtype=torch.long), 300), "at most 299"),
+    (lambda model: pretrained_reading.top_heads(torch.randn(3), 1), r"scores must be \(L, H\)"),
+    (lambda model: pretrained_reading.top_heads(torch.randn(2, 2), 5), "cannot choose 5 heads of 4"),
+    (lambda model: pretrained_reading.random_heads(2**63, 2, 1, torch.Generator()), "more than the 1,000,000"),
+    (lambda model: pretrained_reading.random_heads(2, 2, "2", torch.Generator()), "count must be a positive int"),
+    (lambda model: pretrained_reading.random_heads(2, 2, 1, -1), "generator must be a torch.Generator"),
+    (lambda model: pretrained_reading.random_heads(2, 2, 1, torch.Generator(), None), "excluded must be a set"),
+    (lambda model: pretrained_reading.head_measures(model, torch.zeros(1, 8, dtype=torch.long), 3, 1, 0), "top_count=3"),
+    (lambda model: pretrained_reading.head_measures(model, torch.zeros(1, 8, dtype=torch.long), 1, 10**9, 0), "at most 1000"),
+    (lambda model: pretrained_reading.head_measures(model, torch.zeros(1, 8, dtype=torch.long), 1, 1, 2**70), "seed must lie"),
+    (lambda model: pretrained_reading.text_chunks("\ud800", 1, 10), "lone surrogate"),
+    (lambda model: pretrained_reading.text_chunks("x" * 500, 1, 10), "no space to cut"),
+    (lambda model: pretrained_reading.text_chunks("a b " * 200, 1, None), "characters must be a positive int"),
+    (lambda model: pretrained_reading.chunk_costs(model, object(), ["a b"]), "tokenizer must be the model's tokenizer"),
+    (lambda model: pretrained_reading.bits_per_character(None, None), "nats must be a torch.Tensor"),
+    (lambda model: pretrained_reading.bits_per_character(torch.ones(2), torch.zeros(2)), "at least one character"),
+    (lambda model: pretrained_reading.t_quantile(float("nan")), "degrees must be a positive int"),
+    (lambda model: pretrained_reading.paired_interval(torch.tensor([1.0, float("nan")]), torch.ones(2)), "first contains NaN"),
+    (lambda model: pretrained_reading.run("out", progress=None), "progress must be a function"),
+])
+def test_the_measures_refuse_wrong_arguments_before_any_work(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(small_model())
+
+
 def test_a_missing_model_gets_the_sentence_that_names_its_command(tmp_path, monkeypatch, capsys):
     import attn.models.pretrained as pretrained
 

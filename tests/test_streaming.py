@@ -8,7 +8,7 @@ import torch
 
 from attn import MultiHeadAttention, RingKVCache, apply_rotary
 from attn.models import lm, window_austen
-from attn.streaming import cache_places, check_sink_positions, streaming_attention
+from attn.streaming import cache_places, cache_shift, check_sink_positions, streaming_attention
 
 BASE = 100.0  # a small base turns the pairs fast, so a wrong position shows
 
@@ -122,10 +122,23 @@ def test_a_model_reads_with_cache_places():
     (lambda: streaming_attention(*draw(5), 2, 1, BASE, query_positions=[0]), "query_positions must be a torch.Tensor"),
     (lambda: streaming_attention(draw(5)[0], draw(4)[1], draw(5)[2], 2), "key"),
     (lambda: window_austen.set_window(lm.AustenLM(10, 4, 8, 2, 1), 2, 0, "places"), "must be 'absolute' or 'cache'"),
+    (lambda: window_austen.conditions(sink_positions=None), "sink_positions must be a non-empty list or tuple"),
+    (lambda: window_austen.conditions(sink_positions=("places",)), "each of sink_positions must be one of"),
+    (lambda: cache_shift(torch.arange(5), True, 0), "window must be None or a positive int"),
+    (lambda: cache_shift(torch.arange(5), 2, "2"), "sink_tokens must be an int >= 0"),
+    (lambda: cache_shift(torch.arange(5), None, 0), "window must be a positive int"),
+    (lambda: cache_shift(torch.ones(5), 2, 0), "1-D integer tensor"),
+    (lambda: streaming_attention(*draw(5), 2, 1, keep_mask=torch.ones(3, dtype=torch.bool)), "does not broadcast"),
+    (lambda: streaming_attention(*draw(5), 2, 1, keep_mask=torch.ones(5, 5, dtype=torch.long)), "keep_mask"),
 ])
 def test_wrong_inputs_get_a_sentence(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+def test_a_window_past_every_position_shifts_nothing():
+    assert torch.equal(cache_shift(torch.arange(5), 2**70, 0), torch.zeros(5, dtype=torch.long))
+    assert cache_shift(torch.tensor([9]), 4, 2).tolist() == [9 - 4 + 1 - 2]
 
 
 def test_dropout_in_training_is_refused():

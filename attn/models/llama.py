@@ -61,7 +61,7 @@ class LlamaBlock(nn.Module):
         self.mlp = SwiGLU(embed_dim, mlp_hidden_dim)
 
     def forward(self, x, mask=None, is_causal=True, cache=None, need_weights=False):
-        check_llama_block_input(self, x, need_weights)
+        _check_llama_block_input(self, x, need_weights)
         normed = self.attention_norm(x)  # (B, T, E)
         attended = self.attention(normed, normed, normed, mask, is_causal=is_causal, cache=cache,
                                   need_weights=need_weights)  # (B, T, E), or it and the weights
@@ -134,7 +134,7 @@ class LlamaLM(nn.Module):
         batch, length = tokens.shape
         shape = (len(self.blocks), batch, self.num_heads, length, cached + length)
         parameter = self.token_embedding.weight
-        check_weights_size(shape, parameter.dtype, parameter.device)
+        _check_weights_size(shape, parameter.dtype, parameter.device)
         return torch.empty(shape, dtype=parameter.dtype, device=parameter.device)
 
     @classmethod
@@ -226,7 +226,7 @@ def check_llama_arguments(vocab_size, context_length, embed_dim, num_heads, num_
     return sizes
 
 
-def check_llama_block_input(block, x, need_weights):
+def _check_llama_block_input(block, x, need_weights):
     """LlamaBlock's input: (B, T, E) in the block's dtype and device, finite, and small enough that RMSNorm's
     squares do not overflow (an overflow would make the norm 0 silently); need_weights a bool."""
     check_sequence("x", x, block.attention.embed_dim, block.attention_norm.weight)
@@ -242,7 +242,7 @@ def check_llama_block_input(block, x, need_weights):
                          f"{largest:.3g}, whose square passes {compute}'s largest number; scale x down, or use float64")
 
 
-def check_weights_size(shape, dtype, device):
+def _check_weights_size(shape, dtype, device):
     """ValueError, before anything is allocated, if need_weights' tensor (L, B, H, T, T_k) would pass
     WEIGHTS_LIMIT_BYTES or the device's memory."""
     layers, batch, heads, length, keys = shape

@@ -169,13 +169,7 @@ def copy_losses(model, passages):
     The first copy's targets are positions 1 .. P - 1; the second copy's P + 1 .. 2P - 1 (its first token
     cannot be foreseen from the first copy, so it is left out, as the first copy's first token is).
     """
-    _check_model(model)
-    if not isinstance(passages, torch.Tensor) or passages.dim() != 2 or passages.is_floating_point() or (
-            passages.dtype == torch.bool):
-        raise TypeError(f"passages must be a 2-D tensor of token ids (B, 2P), got {type_name(passages)}")
-    if passages.shape[0] == 0 or passages.shape[1] < 4 or passages.shape[1] % 2:
-        raise ValueError(f"passages must be (B, 2P) with B >= 1 and an even length 2P >= 4 (each copy needs a token after "
-                         f"its first), got {tuple(passages.shape)}")
+    check_repeated_passages(model, passages)
     length = passages.shape[1] // 2
     logits = model(passages[:, :-1])  # (B, 2P - 1, V)
     losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
@@ -186,10 +180,22 @@ def copy_losses(model, passages):
 def copy_losses_by_passage(model, passages):
     """passages (B, 2P), each a passage twice -> (first copy's loss (B,), second copy's (B,)), in nats, each
     passage's mean over the targets ``copy_losses`` scores."""
+    check_repeated_passages(model, passages)
     length = passages.shape[1] // 2
     logits = model(passages[:, :-1])  # (B, 2P - 1, V)
     losses = functional.cross_entropy(logits.transpose(1, 2), passages[:, 1:], reduction="none")  # (B, 2P - 1)
     return losses[:, :length - 1].mean(dim=1), losses[:, length:].mean(dim=1)
+
+
+def check_repeated_passages(model, passages):
+    """A course decoder and passages (B, 2P) of token ids, each a passage twice: B >= 1, an even 2P >= 4."""
+    _check_model(model)
+    if not isinstance(passages, torch.Tensor) or passages.dim() != 2 or passages.is_floating_point() or (
+            passages.dtype == torch.bool):
+        raise TypeError(f"passages must be a 2-D tensor of token ids (B, 2P), got {type_name(passages)}")
+    if passages.shape[0] == 0 or passages.shape[1] < 4 or passages.shape[1] % 2:
+        raise ValueError(f"passages must be (B, 2P) with B >= 1 and an even length 2P >= 4 (each copy needs a token after "
+                         f"its first), got {tuple(passages.shape)}")
 
 
 def repeated_passages(tokens, count=PASSAGES, length=PASSAGE_LENGTH):

@@ -32,8 +32,9 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import folder_argument, write_text
-from attn.common.validate import type_name
+from attn.common.validate import positive_int, require_callable, require_text, type_name, whole_number
 from attn.models import lm_heads, window_austen
+from attn.models import pretrained_checks as checks
 from attn.models.corpus import TITLES
 from attn.models.lm import HELD_OUT
 
@@ -82,6 +83,7 @@ def spaced_passages(tokens, count, length):
 def passage_losses(model, passages, mask=None):
     """Each passage's mean loss (N,) over the targets 2 .. T - 1 (the predictions made from position 1 on, so
     that changing the first token changes what is read, never what is scored); passages (N, T)."""
+    checks.check_passages(model, passages)
     losses = []
     for passage in passages:  # one at a time: a real model's activations are large
         logits = model(passage[None], mask=mask)[0]  # (T, V)
@@ -97,6 +99,8 @@ def sink_measures(model, passages, replacement):
     position's norm and the mean of the others', averaged over key/value heads; loss, loss_without_first_token
     and loss_first_token_replaced (N,), the last with the first token set to ``replacement``.
     """
+    checks.check_passages(model, passages)
+    whole_number("replacement", replacement, minimum=0, maximum=model.vocab_size - 1)
     first, previous, key_norms, value_norms = [], [], [], []
     for passage in passages:
         caches = model.new_caches()
@@ -122,12 +126,14 @@ def sink_measures(model, passages, replacement):
 
 def top_heads(scores, count):
     """The ``count`` (layer, head) pairs of highest score in ``scores`` (L, H), highest first."""
+    checks.check_head_scores(scores, count)
     order = scores.flatten().argsort(descending=True)[:count]
     return [(index // scores.shape[1], index % scores.shape[1]) for index in order.tolist()]
 
 
 def random_heads(num_layers, num_heads, count, generator, excluded=()):
     """``count`` (layer, head) pairs drawn without replacement from those not in ``excluded``."""
+    checks.check_draw(num_layers, num_heads, count, generator, excluded)
     pool = [(layer, head) for layer in range(num_layers) for head in range(num_heads) if (layer, head) not in excluded]
     if count > len(pool):
         raise ValueError(f"cannot draw {count} heads from the {len(pool)} left")
@@ -139,6 +145,7 @@ def head_measures(model, repeated, top_count, draws, seed):
     """Lesson 11's scores and the copying loss on passages seen twice, repeated (N, 2P); then the copies' losses
     with the ``top_count`` highest induction heads removed, and with as many other heads drawn at random
     (``draws`` seeded draws)."""
+    checks.check_head_arguments(model, repeated, top_count, draws, seed)
     passage_length = repeated.shape[1] // 2
     induction, duplicate = [], []
     for passage in repeated:  # one at a time: the weights of 270 heads are large
@@ -177,13 +184,18 @@ def head_measures(model, repeated, top_count, draws, seed):
 def text_chunks(text, count, characters):
     """``count`` stretches of about ``characters`` characters of ``text``, evenly spread, each starting after and
     ending before a space (whole words)."""
+    require_text("text", text)
+    count, characters = positive_int("count", count), positive_int("characters", characters)
     if len(text) < count * (characters + 200):
         raise ValueError(f"{count} chunks of {characters} characters need a longer text than {len(text)} characters")
     step = len(text) // count
     chunks = []
     for start in range(0, step * count, step):
-        begin = text.index(" ", start) + 1
-        end = text.rindex(" ", begin, begin + characters)
+        begin = text.find(" ", start) + 1
+        end = text.rfind(" ", begin, begin + characters)
+        if begin == 0 or end < 0:
+            raise ValueError(f"the text has no space to cut a chunk of {characters} characters at, from character "
+                             f"{start} on; the chunks are whole words, so the text must be words separated by spaces")
         chunks.append(text[begin:end])
     return chunks
 
@@ -192,12 +204,9 @@ def text_chunks(text, count, characters):
 def chunk_costs(model, tokenizer, chunks):
     """(nats (C,), characters (C,)): each chunk read from its start, the nats of every token after the first and
     the characters those tokens cover (the chunk's, less its first token's)."""
+    encoded = checks.encoded_chunks(model, tokenizer, chunks)
     nats, characters = [], []
-    for chunk in chunks:
-        tokens = torch.tensor(tokenizer.encode(chunk), dtype=torch.long)
-        if len(tokens) > model.context_length:
-            raise ValueError(f"a chunk of {len(chunk)} characters is {len(tokens)} tokens, more than the "
-                             f"{model.context_length} the model was trained on; use shorter chunks")
+    for chunk, tokens in zip(chunks, encoded, strict=True):
         logits = model(tokens[None, :-1])[0]  # (n - 1, V)
         nats.append(functional.cross_entropy(logits.double(), tokens[1:], reduction="sum"))
         characters.append(len(chunk) - len(tokenizer.decode(tokens[:1].tolist())))
@@ -226,6 +235,7 @@ def baseline_chunk_costs(tokenizer, train_texts, chunks):
 
 def bits_per_character(nats, characters):
     """Bits per character of each chunk (C,) and of all together."""
+    checks.check_costs(nats, characters)
     per_chunk = nats / characters / math.log(2)
     return per_chunk, (nats.sum() / characters.sum() / math.log(2)).item()
 
@@ -237,6 +247,7 @@ T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 
 def t_quantile(degrees):
     """Student's t 0.975 quantile for ``degrees`` >= 1 degrees of freedom (a 95% two-sided interval)."""
+    degrees = positive_int("degrees", degrees)
     return T_975[degrees - 1] if degrees <= len(T_975) else 1.96 + 2.4 / degrees
 
 
@@ -246,6 +257,7 @@ def paired_interval(first, second):
             or first.shape != second.shape or len(first) == 0:
         raise ValueError(f"first and second must be 1-D tensors of paired values, of one length, got "
                          f"{getattr(first, 'shape', type_name(first))} and {getattr(second, 'shape', type_name(second))}")
+    checks.check_paired_values(first, second)
     differences = (second - first).double()
     count = len(differences)
     mean = differences.mean().item()
@@ -358,6 +370,9 @@ def run(out, size="full", progress=print):
     from attn.pretrained import load
 
     _settings(size)
+    if not isinstance(out, str | Path):
+        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    require_callable("progress", progress)
     novels = austen()
     model, tokenizer = load()
     austen_model, austen_tokenizer = load_austen()

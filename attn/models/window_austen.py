@@ -22,8 +22,8 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import folder_argument, write_text
-from attn.common.validate import positive_int, require_callable, type_name, whole_number
-from attn.streaming import check_sink_positions
+from attn.common.validate import positive_int, require_callable, require_choice, type_name, whole_number
+from attn.streaming import SINK_POSITIONS, check_sink_positions
 from attn.window import check_window_arguments
 
 WINDOWS = (16, 64)
@@ -57,6 +57,15 @@ def _check_sizes(windows, sink_counts):
             raise TypeError(f"{name} must be a list or tuple of whole numbers, got {type_name(values)}")
         for value in values:
             whole_number(f"each of {name}", value, minimum=least)
+
+
+def _check_placements(sink_positions):
+    """``sink_positions``: a non-empty list or tuple of 'absolute' and 'cache' (attn.streaming.SINK_POSITIONS)."""
+    if not isinstance(sink_positions, list | tuple) or not sink_positions:
+        raise TypeError(f"sink_positions must be a non-empty list or tuple of {' and '.join(map(repr, SINK_POSITIONS))}, "
+                        f"got {type_name(sink_positions)} {sink_positions!r:.60}")
+    for placement in sink_positions:
+        require_choice("each of sink_positions", placement, SINK_POSITIONS)
 
 
 def set_window(model, window, sink_tokens=0, sink_positions="absolute"):
@@ -110,6 +119,7 @@ def conditions(windows=WINDOWS, sink_counts=SINK_COUNTS, sink_positions=("absolu
     """(name, window, sink_tokens, sink_positions): full attention, then each window with each number of sinks,
     the sinks at each placement (lesson 16 adds 'cache': StreamingLLM's places in the cache)."""
     _check_sizes(windows, sink_counts)
+    _check_placements(sink_positions)
     found = [("full attention", None, 0, "absolute")]
     for window in windows:
         for sinks in sink_counts:
@@ -144,6 +154,7 @@ def measure(model, streams, windows=WINDOWS, sink_counts=SINK_COUNTS, bin_size=B
     _check_model(model)
     _check_streams(streams, model)
     _check_sizes(windows, sink_counts)
+    _check_placements(sink_positions)
     bin_size = positive_int("bin_size", bin_size)
     require_callable("progress", progress)
     if streams.shape[1] - 1 <= max(windows, default=0):

@@ -7,12 +7,17 @@ on n - 1 degrees of freedom. An interval that holds 0 has not shown a difference
 
 import math
 
-from attn.common.validate import type_name
+from attn.common.validate import positive_int, type_name
 
-# Student's t, 97.5% point, by degrees of freedom (tables; 1.96 beyond 30)
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
-         21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042}
+# Student's t, 97.5% point, for 1 .. 30 degrees of freedom (any statistics table); beyond, 1.96 + 2.4 / df is within 0.003.
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_quantile(degrees):
+    """Student's t 0.975 quantile for ``degrees`` >= 1 degrees of freedom (a 95% two-sided interval)."""
+    degrees = positive_int("degrees", degrees)
+    return T_975[degrees - 1] if degrees <= len(T_975) else 1.96 + 2.4 / degrees
 
 
 def _numbers(name, values):
@@ -31,7 +36,7 @@ def paired_interval(a, b):
     n = len(differences)
     mean = sum(differences) / n
     spread = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
-    half = T_975.get(n - 1, 1.96) * spread / math.sqrt(n)
+    half = t_quantile(n - 1) * spread / math.sqrt(n)
     return mean, mean - half, mean + half
 
 

@@ -32,6 +32,7 @@ import torch
 from torch.nn import functional
 
 from attn.common.destinations import folder_argument, write_text
+from attn.common.stats import t_quantile
 from attn.common.validate import positive_int, require_callable, require_text, type_name, whole_number
 from attn.models import lm_heads, window_austen
 from attn.models import pretrained_checks as checks
@@ -238,17 +239,6 @@ def bits_per_character(nats, characters):
     checks.check_costs(nats, characters)
     per_chunk = nats / characters / math.log(2)
     return per_chunk, (nats.sum() / characters.sum() / math.log(2)).item()
-
-
-# Student's t at 0.975 for 1 .. 30 degrees of freedom (any statistics table); beyond, 1.96 + 2.4 / df is within 0.003.
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t_quantile(degrees):
-    """Student's t 0.975 quantile for ``degrees`` >= 1 degrees of freedom (a 95% two-sided interval)."""
-    degrees = positive_int("degrees", degrees)
-    return T_975[degrees - 1] if degrees <= len(T_975) else 1.96 + 2.4 / degrees
 
 
 def paired_interval(first, second):

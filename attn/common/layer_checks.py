@@ -67,6 +67,13 @@ def check_sequence(name, tensor, embed_dim, weight):
     require_like(name, tensor, weight)
 
 
+def check_layer_input(layer, x):
+    """The input of a layer built on a MultiHeadAttention ``layer``: x (B, T, E) floating-point, with the layer's
+    dtype and device, and finite."""
+    check_sequence("x", x, layer.embed_dim, layer.query_proj.weight)
+    require_finite("x", x)
+
+
 def check_features(name, tensor, weight):
     """``tensor`` must be a floating-point (..., F) torch.Tensor with ``weight``'s dtype and device, where F is the
     size of ``weight``'s last axis (the features a norm or a linear layer reads)."""

@@ -125,6 +125,8 @@ def check_tile(tiling, scores, rows, cols):
     """The arguments of ``Tiling.mask``: ``rows`` and ``cols`` slices of the tiling's queries and keys (as
     query_tiles and key_tiles give them), and ``scores`` (B, H, rows, cols) floating-point, with the padding's batch
     and device."""
+    if not isinstance(tiling, Tiling):
+        raise TypeError(f"tiling must be an attn.flash.Tiling, got {type_name(tiling)}")
     require_computable("scores", scores)
     require_floating("scores", scores)
     sizes = [_tile_size(name, tile, length) for name, tile, length in (("rows", rows, tiling.t_q), ("cols", cols, tiling.t_k))]

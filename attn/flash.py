@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from attn.common.layer_checks import check_flash_inputs, check_flash_tensors
-from attn.common.validate import positive_int, require_tensor, type_name
+from attn.common.validate import positive_int, require_computable, require_floating, require_tensor, type_name
 from attn.masks import as_padding_keep_mask
 from attn.softmax import checked_scores
 
@@ -107,6 +107,7 @@ class Tiling:
 
     def mask(self, scores, rows, cols):
         """``scores`` (B, H, rows, cols), -inf for padding and future keys."""
+        check_tile(self, scores, rows, cols)
         keep = None if self.padding is None else self.padding[..., cols]
         offset = self.t_k - self.t_q
         crosses = cols.stop - 1 > offset + rows.start  # the diagonal
@@ -118,6 +119,34 @@ class Tiling:
             causal = key_at[None, :] <= query_at[:, None]  # (rows, cols)
             keep = causal if keep is None else keep & causal
         return scores if keep is None else scores.masked_fill(~keep, NEG_INF)
+
+
+def check_tile(tiling, scores, rows, cols):
+    """The arguments of ``Tiling.mask``: ``rows`` and ``cols`` slices of the tiling's queries and keys (as
+    query_tiles and key_tiles give them), and ``scores`` (B, H, rows, cols) floating-point, with the padding's batch
+    and device."""
+    if not isinstance(tiling, Tiling):
+        raise TypeError(f"tiling must be an attn.flash.Tiling, got {type_name(tiling)}")
+    require_computable("scores", scores)
+    require_floating("scores", scores)
+    sizes = [_tile_size(name, tile, length) for name, tile, length in (("rows", rows, tiling.t_q), ("cols", cols, tiling.t_k))]
+    if scores.dim() != 4 or list(scores.shape[2:]) != sizes:
+        raise ValueError(f"scores must have shape (B, H, rows, cols) = (B, H, {sizes[0]}, {sizes[1]}), got {tuple(scores.shape)}")
+    padding = tiling.padding
+    if padding is not None and (padding.shape[0] != scores.shape[0] or padding.device != scores.device):
+        raise ValueError(f"the tiling's padding is {tuple(padding.shape)} on {padding.device}, but scores are "
+                         f"{tuple(scores.shape)} on {scores.device}")
+
+
+def _tile_size(name, tile, length):
+    """The size of ``tile``, a slice start:stop with 0 <= start < stop <= length and no step."""
+    ends = (tile.start, tile.stop) if isinstance(tile, slice) and tile.step is None else (None, None)
+    if not all(isinstance(end, int) and not isinstance(end, bool) for end in ends):
+        raise TypeError(f"{name} must be a slice start:stop of whole numbers, as Tiling.query_tiles and key_tiles "
+                        f"give, got {type_name(tile)} {tile!r:.60}")
+    if not 0 <= tile.start < tile.stop <= length:
+        raise ValueError(f"{name} must be a slice start:stop with 0 <= start < stop <= {length}, got {tile!r}")
+    return tile.stop - tile.start
 
 
 def _slices(start, stop, step):

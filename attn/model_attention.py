@@ -11,7 +11,8 @@ import numbers
 
 import torch
 
-from attn.common.validate import type_name
+from attn.common.layer_checks import check_layer_input, check_rotary_base
+from attn.common.validate import positive_number, type_name
 from attn.multihead import MultiHeadAttention, explicit_attention, merge_heads, split_heads
 from attn.positions import apply_rotary
 from attn.window import rotary_pairing, sink_attention, sliding_window_mask
@@ -28,6 +29,7 @@ class ModelAttention(torch.nn.Module):
 
     def __init__(self, attention, rotary_base=None, qk_norm_eps=None):
         super().__init__()
+        rotary_base, qk_norm_eps = _check_arguments(attention, rotary_base, qk_norm_eps)
         self.attention, self.rotary_base, self.qk_norm_eps = attention, rotary_base, qk_norm_eps
         if qk_norm_eps is not None:
             self.query_norm_scale = torch.nn.Parameter(torch.ones(attention.head_dim))
@@ -37,6 +39,7 @@ class ModelAttention(torch.nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.qk_norm_eps) * scale
 
     def forward(self, x):
+        check_layer_input(self.attention, x)  # (B, T, E), finite
         layer = self.attention
         q = split_heads(layer.query_proj(x), layer.num_heads)  # (B, H, T, d)
         k = split_heads(layer.key_proj(x), layer.num_kv_heads)  # (B, H_kv, T, d)
@@ -100,3 +103,15 @@ class ModelAttention(torch.nn.Module):
                 copy.query_norm_scale.copy_(1 + module.q_norm.weight[pairing])
                 copy.key_norm_scale.copy_(1 + module.k_norm.weight[pairing])
         return copy.eval()
+
+
+def _check_arguments(attention, rotary_base, qk_norm_eps):
+    """ModelAttention's arguments: a MultiHeadAttention, and rotary_base and qk_norm_eps each None or a positive
+    finite number (rotary_base > 1, with an even head size). Returns (rotary_base, qk_norm_eps)."""
+    if not isinstance(attention, MultiHeadAttention):
+        raise TypeError(f"attention must be an attn.MultiHeadAttention (its projections, window and sinks), "
+                        f"got {type_name(attention)}")
+    rotary_base = check_rotary_base(rotary_base, attention.head_dim)
+    if qk_norm_eps is not None:
+        qk_norm_eps = positive_number("qk_norm_eps", qk_norm_eps)
+    return rotary_base, qk_norm_eps

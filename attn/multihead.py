@@ -13,6 +13,7 @@ from attn.common.layer_checks import (
     check_layer_arguments,
     check_projected,
     check_rotary_base,
+    check_weights_fit,
 )
 from attn.common.validate import positive_int, require_tensor
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
@@ -191,6 +192,7 @@ class MultiHeadAttention(nn.Module):
         self.key_proj = nn.Linear(embed_dim, num_kv_heads * self.head_dim, bias=bias)
         self.value_proj = nn.Linear(embed_dim, num_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.register_forward_pre_hook(check_weights_fit, with_kwargs=True)  # need_weights: weights that fit, checked first
 
     def forward(
         self, query, key, value, mask=None, key_padding_mask=None,

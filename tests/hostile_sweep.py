@@ -291,6 +291,7 @@ GOOD_BY_NAME = {
     "mask": lambda paths: torch.ones(4, 4, dtype=torch.bool), "keep_mask": lambda paths: torch.ones(4, 4, dtype=torch.bool),
     "steps": 1, "repeats": 1, "seed": 0, "block_q": 2, "block_k": 2, "chunk_size": 2, "capacity": 4, "num_layers": 1,
     "sink_tokens": 1, "batch": 2, "batch_size": 2, "t_q": 4, "t_k": 4, "beta": lambda paths: torch.rand(2, 4),
+    "attention": lambda paths: importlib.import_module("attn").MultiHeadAttention(8, 2),  # a layer to wrap (E = 8)
 }
 GOOD_BY_KIND = {
     "tensor": lambda paths: torch.randn(*paths.get("shape", (2, 4, 8))),

@@ -453,6 +453,8 @@ def test_the_baselines_command_needs_a_log(tmp_path):
     corpus_or_skip()
     with pytest.raises(SystemExit, match="does not exist"):
         lm_training.main(["baselines", "--out", str(tmp_path)])
+    with pytest.raises(FileNotFoundError, match="does not exist: train a model there first"):  # a function raises
+        lm_training.refresh_baselines(tmp_path)
 
 
 # --- what the heads do -------------------------------------------------------------------------

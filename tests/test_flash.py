@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch.nn import functional
 
 from attn import softmax
-from attn.flash import flash_attention, online_softmax, tiled_attention, tiles_read
+from attn.flash import Tiling, flash_attention, online_softmax, tiled_attention, tiles_read
 from attn.masks import causal_keep_mask
 from attn.multihead import explicit_attention, fused_attention
 
@@ -309,3 +309,27 @@ def test_without_triton_the_kernel_says_so_in_a_sentence(monkeypatch):
 def test_tiles_read_refuses_what_it_cannot_count(arguments, error, words):
     with pytest.raises(error, match=words):
         tiles_read(*arguments)
+
+
+def test_tiling_mask_refuses_tiles_it_was_not_made_for():
+    tiling = Tiling(4, 6, 2, 3, is_causal=True)
+    scores = torch.randn(1, 2, 2, 3)  # (B, H, rows, cols)
+    hidden = tiling.mask(scores, slice(0, 2), slice(3, 6)).isinf()  # queries 0 and 1 stand at keys 2 and 3
+    assert hidden[0, 0].tolist() == [[True, True, True], [False, True, True]]
+    for tile_scores, rows, cols, error, words in (
+        (scores, None, slice(0, 3), TypeError, "rows must be a slice start:stop of whole numbers"),
+        (scores, slice(0, 2), 1.5, TypeError, "cols must be a slice"),
+        (scores, slice(True, 2), slice(0, 3), TypeError, "rows must be a slice"),
+        (scores, slice(0, 2, 2), slice(0, 3), TypeError, "rows must be a slice"),
+        (scores, slice(-1, 2), slice(0, 3), ValueError, "0 <= start < stop <= 4"),
+        (scores, slice(0, 2), slice(3, 9), ValueError, "0 <= start < stop <= 6"),
+        (scores, slice(0, 2), slice(0, 2), ValueError, r"\(B, H, 2, 2\)"),
+        (torch.randn(3), slice(0, 2), slice(0, 3), ValueError, r"\(B, H, 2, 3\)"),
+        (scores.long(), slice(0, 2), slice(0, 3), TypeError, "floating-point"),
+        (torch.empty(1, 2, 2, 3, device="meta"), slice(0, 2), slice(0, 3), ValueError, "meta device"),
+    ):
+        with pytest.raises(error, match=words):
+            tiling.mask(tile_scores, rows, cols)
+    padded = Tiling(4, 6, 2, 3, padding=torch.ones(2, 1, 1, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="the tiling's padding is"):
+        padded.mask(scores, slice(0, 2), slice(0, 3))

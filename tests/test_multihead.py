@@ -464,3 +464,14 @@ def test_every_dtype_runs_on_both_paths(dtype, tolerance):
         explicit, weights = layer(x, x, x, key_padding_mask=padding, is_causal=True, need_weights=True)
     assert fused.dtype == explicit.dtype == weights.dtype == dtype
     torch.testing.assert_close(fused, explicit, atol=tolerance, rtol=tolerance)
+
+
+def test_weights_that_cannot_fit_are_refused_before_any_work():
+    layer = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 2**20, 8)  # (B, T, E): 32 MB; its weights (1, 2, T, T) would be 8.8 TB
+    for call in (lambda: layer(x, x, x, need_weights=True), lambda: layer(x, x, x, None, None, False, True)):
+        with pytest.raises(ValueError, match=r"the attention weights \(B, H, T_q, T_k\) = \(1, 2, 1048576, 1048576\) "
+                                             r"that need_weights=True returns would need .*need_weights=False"):
+            call()
+    small = torch.randn(2, 5, 8)
+    assert layer(small, small, small, need_weights=True)[1].shape == (2, 2, 5, 5)

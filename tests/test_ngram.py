@@ -109,3 +109,22 @@ def test_bad_queries_get_a_sentence():
         model.probability(torch.zeros(1, 2, dtype=torch.long), torch.tensor([16]))
     with pytest.raises(ValueError, match="history"):
         model.probability(torch.full((1, 2), -2), torch.tensor([1]))
+
+
+def test_the_bigram_baselines_refuse_what_they_cannot_count():
+    tokens = random_text()
+    assert ngram.bigram_loss(tokens, tokens, 16) > 0
+    for call, error, words in (
+        (lambda: ngram.bigram_loss(tokens, 3, 16), TypeError, "targets_tokens must be a 1-D tensor of token ids"),
+        (lambda: ngram.bigram_loss(tokens.float(), tokens, 16), TypeError, "train_tokens must be a 1-D tensor"),
+        (lambda: ngram.bigram_loss(tokens, tokens[:1], 16), ValueError, "targets_tokens holds 1 tokens"),
+        (lambda: ngram.bigram_loss(tokens, tokens, 4), ValueError, r"outside the vocabulary 0..3"),
+        (lambda: ngram.bigram_loss(tokens, tokens, 16, prior=math.nan), ValueError, "prior must be a positive finite"),
+        (lambda: ngram.bigram_loss(tokens, tokens, 16, prior=0.0), ValueError, "prior must be a positive finite"),
+        (lambda: ngram.bigram_prior_trials(3, 16), TypeError, "train_tokens must be a 1-D tensor"),
+        (lambda: ngram.bigram_prior_trials(tokens[:10], 16), ValueError, "needs at least 14"),
+        (lambda: ngram.baseline_log(tokens, tokens, None, 16), TypeError, "config must be the training settings"),
+        (lambda: ngram.baseline_log(tokens, tokens, {"eval_windows": 0, "context_length": 4}, 16), TypeError, "config"),
+    ):
+        with pytest.raises(error, match=words):
+            call()

@@ -28,3 +28,14 @@ def test_words_follow_the_interval():
 def test_bad_input_gets_a_sentence(a, b, error):
     with pytest.raises(error, match="seeds|numbers"):
         paired_interval(a, b)
+
+
+def test_describe_refuses_what_is_not_an_interval():
+    for values, error, words in (
+        ((None, 0.0, 1.0), TypeError, "mean must be a number"),
+        ((0.5, "0", 1.0), TypeError, "low must be a number"),
+        ((0.5, 0.0, math.nan), ValueError, "high must be a finite number"),
+        ((2.0, 0.0, 1.0), ValueError, "low <= mean <= high"),
+    ):
+        with pytest.raises(error, match=words):
+            describe(*values)

@@ -1,6 +1,7 @@
 """Lesson 14: sliding windows, the ring-buffer cache and sinks, against loops, flex_attention and transformers."""
 
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -346,3 +347,25 @@ def test_the_window_benchmark_times_both_caches():
     per_position = 2 * 2 * 4 * 4  # keys and values, H_kv = 2, d = 4, float32
     assert [row["cache_bytes"] for row in rows] == [8 * per_position, 32 * per_position, 4 * per_position, 4 * per_position]
     assert all(row["seconds"] > 0 for row in rows)
+
+
+def test_model_attention_refuses_bad_arguments_and_inputs_before_any_work():
+    layer = MultiHeadAttention(8, 2)
+    with pytest.raises(TypeError, match="attention must be an attn.MultiHeadAttention"):
+        ModelAttention(torch.nn.Linear(8, 8))
+    with pytest.raises(ValueError, match="rotary_base must be a finite number > 1"):
+        ModelAttention(layer, rotary_base=math.nan)
+    for eps, error in ((-1.0, ValueError), ("0.5", TypeError), (math.inf, ValueError)):
+        with pytest.raises(error, match="qk_norm_eps must be a positive"):
+            ModelAttention(layer, qk_norm_eps=eps)
+    model = ModelAttention(layer, rotary_base=10000.0, qk_norm_eps=1e-6)
+    for x, error, words in (
+        (torch.randn(3), ValueError, r"x must have shape \(B, T, 8\)"),
+        (torch.randn(2, 4, 6), ValueError, r"x must have shape \(B, T, 8\)"),
+        (torch.ones(2, 4, 8, dtype=torch.int64), TypeError, "x must hold floating-point numbers"),
+        (torch.randn(2, 4, 8, dtype=torch.float64), TypeError, "float64"),
+        (torch.full((2, 4, 8), math.nan), ValueError, "x"),
+    ):
+        with pytest.raises(error, match=words):
+            model(x)
+    assert model(torch.randn(2, 4, 8)).shape == (2, 4, 8)

@@ -86,3 +86,14 @@ def test_the_loss_by_position_is_the_mean_over_windows():
     torch.testing.assert_close(torch.tensor(by_position, dtype=torch.float64), each.mean(dim=0).double(), rtol=0, atol=1e-6)
     if RESULTS.exists() and "loss_by_position" in json.loads(RESULTS.read_text()):
         assert len(json.loads(RESULTS.read_text())["loss_by_position"]) == lm.load()[0].context_length
+
+
+def test_the_loss_by_position_refuses_what_is_not_a_language_model():
+    tokens = torch.randint(50, (40,))
+    for model, batch_size, error, words in (
+        (None, 2, TypeError, "model must be a language model with a context_length"),
+        (torch.nn.Linear(2, 2), 2, TypeError, "model must be a language model"),
+        (small_model(), 0, ValueError, "batch_size"),
+    ):
+        with pytest.raises(error, match=words):
+            window_austen.loss_by_position(model, tokens, batch_size)

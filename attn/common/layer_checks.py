@@ -67,6 +67,13 @@ def check_sequence(name, tensor, embed_dim, weight):
     require_like(name, tensor, weight)
 
 
+def check_layer_input(layer, x):
+    """The input of a layer built on a MultiHeadAttention ``layer``: x (B, T, E) floating-point, with the layer's
+    dtype and device, and finite."""
+    check_sequence("x", x, layer.embed_dim, layer.query_proj.weight)
+    require_finite("x", x)
+
+
 def check_features(name, tensor, weight):
     """``tensor`` must be a floating-point (..., F) torch.Tensor with ``weight``'s dtype and device, where F is the
     size of ``weight``'s last axis (the features a norm or a linear layer reads)."""
@@ -123,6 +130,26 @@ def check_inputs(layer, query, key, value, is_causal, cache):
         if not any(tensor is earlier for earlier in seen):
             require_finite(name, tensor)
             seen.append(tensor)
+
+
+FORWARD_ARGUMENTS = ("query", "key", "value", "mask", "key_padding_mask", "is_causal", "need_weights", "cache")
+
+
+def check_weights_fit(layer, args, kwargs):
+    """MultiHeadAttention's forward pre-hook: with need_weights=True, the weights (B, H, T_q, T_k) it returns must fit
+    in memory, refused before any work (a cache's keys count in T_k). Everything else is checked by forward."""
+    given = dict(zip(FORWARD_ARGUMENTS, args, strict=False)) | kwargs
+    query, key, cache = given.get("query"), given.get("key"), given.get("cache")
+    if given.get("need_weights") is not True or not all(isinstance(t, torch.Tensor) and t.dim() == 3 for t in (query, key)):
+        return
+    try:  # a ring cache holds at most its capacity; anything that is not a cache is refused later by check_inputs
+        cached = min(len(cache), getattr(cache, "capacity", len(cache))) if cache is not None else 0
+    except TypeError:
+        cached = 0
+    shape = (query.shape[0], layer.num_heads, query.shape[1], cached + key.shape[1])
+    check_allocation(f"the attention weights (B, H, T_q, T_k) = {shape} that need_weights=True returns",
+                     math.prod(shape) * layer.query_proj.weight.dtype.itemsize, query.device,
+                     advice="call with need_weights=False (the fused path keeps no weights), or with shorter sequences")
 
 
 def check_attention_shapes(query, key, value):

@@ -6,6 +6,7 @@ on n - 1 degrees of freedom. An interval that holds 0 has not shown a difference
 """
 
 import math
+import numbers
 
 from attn.common.validate import positive_int, type_name
 
@@ -42,8 +43,20 @@ def paired_interval(a, b):
 
 def describe(mean, low, high):
     """Words for a paired interval: which arm it shows ahead, or that it shows neither."""
+    _check_interval(mean, low, high)
     if low > 0:
         return "the first ahead"
     if high < 0:
         return "the second ahead"
     return "not shown (the interval holds 0)"
+
+
+def _check_interval(mean, low, high):
+    """mean, low and high: finite numbers with low <= mean <= high, as paired_interval returns them."""
+    for name, value in (("mean", mean), ("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a number (paired_interval gives them), got {type_name(value)} {value!r:.60}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number (paired_interval gives mean, low, high), got {value!r}")
+    if not low <= mean <= high:
+        raise ValueError(f"an interval has low <= mean <= high, got mean {mean!r}, low {low!r}, high {high!r}")

@@ -153,7 +153,7 @@ class RecallStack(nn.Module):
         return self.readout(self.final_norm(x[:, -1]))  # (B, n_values)
 
 
-def validation_loss(model, data):
+def _validation_loss(model, data):
     with torch.no_grad():
         return functional.cross_entropy(model(data.keys, data.values, data.query), data.target).item()
 
@@ -184,7 +184,7 @@ def train_and_test(kinds, task, seed, max_steps=MAX_STEPS):
             loss.backward()
             optimizer.step()
             step += 1
-        curve.append(round(validation_loss(model, valid_data), 4))
+        curve.append(round(_validation_loss(model, valid_data), 4))
         best, flat = (curve[-1], 0) if curve[-1] < best - MIN_GAIN else (best, flat + 1)
     with torch.no_grad():
         predicted = model(test_data.keys, test_data.values, test_data.query).argmax(dim=-1)

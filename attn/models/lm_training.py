@@ -302,12 +302,12 @@ def refresh_baselines(out, corpus=None):
     """
     path = Path(out) / LOG_NAME
     if not path.is_file():
-        raise SystemExit(f"{path} does not exist: train a model there first ('{TRAIN_COMMAND} --out {out}')")
+        raise FileNotFoundError(f"{path} does not exist: train a model there first ('{TRAIN_COMMAND} --out {out}')")
     log = json.loads(path.read_text())
     config = log["config"]
     tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
     if tokenizer.backend.to_str() != Tokenizer.load(Path(out) / TOKENIZER_NAME).backend.to_str():
-        raise SystemExit(f"the tokenizer trained now differs from {Path(out) / TOKENIZER_NAME}: not the same corpus?")
+        raise ValueError(f"the tokenizer trained now differs from {Path(out) / TOKENIZER_NAME}: not the same corpus?")
     _, targets = held_out_windows(held_out_tokens, config["context_length"])
     log["baselines"] = baseline_log(train_tokens, held_out_tokens[:targets.numel() + 1], config, tokenizer.vocab_size)
     write_text(path, json.dumps(log, indent=1) + "\n")
@@ -389,23 +389,20 @@ def main(argv=None):
     exporter.add_argument("--out", required=True, type=OUTPUT_FOLDER, help="folder holding austen_checkpoint.pt")
     exporter.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
     args = parser.parse_args(argv)
-    if args.command == "baselines":
-        _corpus_or_error(parser, args.corpus)
-        base = refresh_baselines(args.out, args.corpus)["baselines"]
-        print(f"Baselines: unigram {base['unigram_perplexity']:.1f}, bigram {base['bigram_perplexity']:.1f}, "
-              f"Kneser-Ney trigram {base['kneser_ney_trigram_perplexity']:.1f} (perplexity on the held-out novel).")
-        return
-    if args.command == "export":
-        _corpus_or_error(parser, args.corpus)
+    _corpus_or_error(parser, args.corpus)
+    if args.command in ("baselines", "export"):
         try:
-            log = export(args.out, args.corpus)
+            log = (refresh_baselines if args.command == "baselines" else export)(args.out, args.corpus)
         except (ValueError, FileNotFoundError) as error:
             raise SystemExit(str(error)) from None
-        print(f"Exported step {log['steps_done']} of {log['config']['steps']}: held-out loss {log['held_out_loss']:.3f}.")
+        base = log["baselines"]
+        print(f"Baselines: unigram {base['unigram_perplexity']:.1f}, bigram {base['bigram_perplexity']:.1f}, "
+              f"Kneser-Ney trigram {base['kneser_ney_trigram_perplexity']:.1f} (perplexity on the held-out novel)."
+              if args.command == "baselines" else
+              f"Exported step {log['steps_done']} of {log['config']['steps']}: held-out loss {log['held_out_loss']:.3f}.")
         return
     config = dict(SIZES[args.size])
     config.update({key: value for key, value in (("steps", args.steps), ("seed", args.seed)) if value is not None})
-    _corpus_or_error(parser, args.corpus)
     torch.set_num_threads(args.threads)
     try:
         log = train(config, args.out, args.corpus)

@@ -25,7 +25,7 @@ import math
 import torch
 
 from attn.common.sizes import check_allocation
-from attn.common.validate import is_whole_number, positive_int, require_computable, type_name
+from attn.common.validate import is_whole_number, positive_int, positive_number, require_computable, type_name
 
 MAX_ORDER = 4  # V ** order keys must fit in an int64 for a vocabulary of up to 2 ** 15
 BIGRAM_PRIOR = 64.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution (see BIGRAM_PRIORS)
@@ -165,6 +165,7 @@ def bigram_loss(train_tokens, targets_tokens, vocab_size, prior=BIGRAM_PRIOR):
 
     P(b | a) = (count(a, b) + prior * P_unigram(b)) / (count(a) + prior), the unigram with one pseudo-count each.
     """
+    _check_counting(train_tokens, targets_tokens, vocab_size, prior, "targets_tokens")
     counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
     unigram = counts / counts.sum()  # (V,)
     pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
@@ -179,23 +180,35 @@ def bigram_prior_trials(train_tokens, vocab_size):
 
     The baseline keeps the prior with the lowest: chosen on training text only, never on the held-out novel.
     """
+    check_tokens("train_tokens", train_tokens, positive_int("vocab_size", vocab_size), minimum=14)  # 2 or more each side
     cut = int(0.85 * len(train_tokens))
     return {prior: bigram_loss(train_tokens[:cut], train_tokens[cut:], vocab_size, prior) for prior in BIGRAM_PRIORS}
 
 
-def check_counting(train_tokens, held_out_tokens, vocab_size):
-    """baselines' arguments: 1-D token ids of at least 2 tokens each, inside a vocabulary whose bigram table fits."""
+def check_counting(train_tokens, held_out_tokens, vocab_size, prior=BIGRAM_PRIOR):
+    """baselines' arguments: 1-D token ids of at least 2 tokens each, inside a vocabulary whose bigram table fits,
+    and a positive finite prior."""
+    _check_counting(train_tokens, held_out_tokens, vocab_size, prior, "held_out_tokens")
+
+
+def _check_counting(train_tokens, other_tokens, vocab_size, prior, other_name):
     vocab_size = positive_int("vocab_size", vocab_size)
     check_allocation(f"the bigram counts for vocab_size={vocab_size}", 8 * vocab_size * vocab_size)
-    for name, tokens in (("train_tokens", train_tokens), ("held_out_tokens", held_out_tokens)):
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
-            raise TypeError(f"{name} must be a 1-D tensor of token ids, got {type_name(tokens)}")
-        require_computable(name, tokens)
-        if len(tokens) < 2:
-            raise ValueError(f"{name} holds {len(tokens)} tokens; a bigram needs at least 2")
-        if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
-            raise ValueError(f"{name} holds token ids from {int(tokens.min())} to {int(tokens.max())}, outside the "
-                             f"vocabulary 0..{vocab_size - 1}")
+    for name, tokens in (("train_tokens", train_tokens), (other_name, other_tokens)):
+        check_tokens(name, tokens, vocab_size)
+    positive_number("prior", prior)
+
+
+def check_tokens(name, tokens, vocab_size, minimum=2):
+    """``tokens``: a 1-D tensor of at least ``minimum`` token ids, each in 0..vocab_size - 1."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must be a 1-D tensor of token ids, got {type_name(tokens)}")
+    require_computable(name, tokens)
+    if len(tokens) < minimum:
+        raise ValueError(f"{name} holds {len(tokens)} tokens; the bigram needs at least {minimum}")
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+        raise ValueError(f"{name} holds token ids from {int(tokens.min())} to {int(tokens.max())}, outside the "
+                         f"vocabulary 0..{vocab_size - 1}")
 
 
 def baselines(train_tokens, held_out_tokens, vocab_size, prior=BIGRAM_PRIOR):
@@ -205,7 +218,7 @@ def baselines(train_tokens, held_out_tokens, vocab_size, prior=BIGRAM_PRIOR):
     Bigram: P(b | a) = (count(a, b) + prior * P_unigram(b)) / (count(a) + prior).
     Trigram: interpolated Kneser-Ney (KneserNey above), the strongest of the three.
     """
-    check_counting(train_tokens, held_out_tokens, vocab_size)
+    check_counting(train_tokens, held_out_tokens, vocab_size, prior)
     counts = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0  # (V,)
     unigram = counts / counts.sum()  # (V,)
     trigram = kneser_ney(train_tokens, vocab_size, order=3).target_probabilities(held_out_tokens)  # (M - 1,)
@@ -218,6 +231,11 @@ def baselines(train_tokens, held_out_tokens, vocab_size, prior=BIGRAM_PRIOR):
 
 def baseline_log(train_tokens, held_out_tokens, config, vocab_size):
     """The baselines on the network's held-out targets, with perplexities, and on the curve's first targets."""
+    check_counting(train_tokens, held_out_tokens, vocab_size)
+    sizes = ("eval_windows", "context_length")
+    if not isinstance(config, dict) or not all(isinstance(config.get(name), int) and config[name] > 0 for name in sizes):
+        raise TypeError(f"config must be the training settings, a dict with positive whole eval_windows and context_length, "
+                        f"got {type_name(config)} {config!r:.60}")
     trials = bigram_prior_trials(train_tokens, vocab_size)
     prior = min(trials, key=trials.get)
     base = baselines(train_tokens, held_out_tokens, vocab_size, prior)

@@ -188,10 +188,20 @@ def measure(model, streams, windows=WINDOWS, sink_counts=SINK_COUNTS, bin_size=B
 
 
 @torch.no_grad()
+def _check_language_model(model):
+    """A model that reads (B, T) token ids: a torch.nn.Module with a whole context_length (lesson 13's AustenLM)."""
+    if not isinstance(model, torch.nn.Module) or isinstance(getattr(model, "context_length", None), bool) or not isinstance(
+            getattr(model, "context_length", None), int):
+        raise TypeError(f"model must be a language model with a context_length, such as lesson 13's (attn.lm.load()), "
+                        f"got {type_name(model)}")
+
+
 def loss_by_position(model, tokens, batch_size=32):
     """Mean next-token loss at each position 0 .. context_length - 1 over every held-out window of ``tokens`` (N,)."""
     from attn.models.lm_training import held_out_windows
 
+    _check_language_model(model)
+    batch_size = positive_int("batch_size", batch_size)
     inputs, targets = held_out_windows(tokens, model.context_length)  # (W, T) each
     total = torch.zeros(model.context_length, dtype=torch.float64)
     for start in range(0, len(inputs), batch_size):

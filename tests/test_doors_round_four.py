@@ -273,7 +273,7 @@ def test_a_latent_cache_filled_by_a_layer_of_other_sizes_is_refused():
 # --- models and measurements: sentences where they answered with negative bytes, NaN or a traceback ------------
 
 from attn.measure.published_caches import PublishedAttention  # noqa: E402
-from attn.models import lm_heads, tokenizer  # noqa: E402
+from attn.models import lm_heads, ngram, tokenizer  # noqa: E402
 from attn.models.decoder import Decoder  # noqa: E402
 from attn.models.induction.scores import previous_token_scores  # noqa: E402
 
@@ -326,7 +326,7 @@ def test_head_measures_refuse_weights_too_short_to_measure(weights):
 
 
 @pytest.mark.parametrize("train, held_out, vocab_size, error, message", [
-    (torch.tensor([1, 2, 3]), torch.tensor([1]), 8, ValueError, "held_out_tokens holds 1 tokens; a bigram needs at least 2"),
+    (torch.tensor([1, 2, 3]), torch.tensor([1]), 8, ValueError, "held_out_tokens holds 1 tokens; (a|the) bigram needs at least 2"),
     ([1, 2, 3], torch.tensor([1, 2]), 8, TypeError, "train_tokens must be a 1-D tensor of token ids"),
     (torch.tensor([1.0, 2.0]), torch.tensor([1, 2]), 8, TypeError, "train_tokens must be a 1-D tensor"),
     (torch.tensor([1, 2, 9]), torch.tensor([1, 2]), 8, ValueError, "outside the vocabulary 0..7"),
@@ -335,7 +335,7 @@ def test_head_measures_refuse_weights_too_short_to_measure(weights):
 ])
 def test_baselines_refuse_what_they_cannot_count(train, held_out, vocab_size, error, message):
     with pytest.raises(error, match=message):
-        lm_training.baselines(train, held_out, vocab_size)
+        ngram.baselines(train, held_out, vocab_size)
 
 
 def test_encode_names_a_lone_surrogate():

@@ -206,7 +206,7 @@ class MultiHeadAttention(nn.Module):
         v = split_heads(self.value_proj(value), self.num_kv_heads)
         # One keep-mask broadcastable to (B, H, T_q, T_k), or None:
         keep_mask = build_keep_mask(mask, key_padding_mask, q, k, cache)
-        if self.sink_positions == "cache" and self.window is not None:  # lesson 16: StreamingLLM's positions
+        if self.window and self.sink_positions == "cache":  # lesson 16
             return self._streaming(q, k, v, keep_mask, cache, need_weights)
         q, k = self._rotate(q, k, cache)  # rotary positions (lesson 13), if any
         if cache is not None:

@@ -20,14 +20,13 @@ The rows of W_q and W_k in a Llama GGUF file are in the rotary layout of the cou
 (``attn.models.llama.rotate_half_to_pairs``), and ``transformers`` undoes it when it reads one.
 """
 
-import os
-import stat
 import struct
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from attn.common.sources import source_problem
 from attn.quantization import DEQUANTIZERS
 
 MAGIC = b"GGUF"
@@ -135,21 +134,11 @@ class _Cursor:
 
 
 def _checked_path(path):
-    if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"path must be a GGUF file's path (str or pathlib.Path), got {type(path).__name__}")
+    problem = source_problem(path, "a .gguf file")
+    if problem is not None:
+        error, sentence = problem
+        raise error(sentence)
     path = Path(path)
-    try:
-        path.stat()
-    except FileNotFoundError:
-        pass
-    except OSError as error:  # a name too long, a loop of links, no permission to look into a folder
-        raise ValueError(f"{str(path)[:80]} cannot be looked at: {error.strerror}") from None
-    if not path.exists():
-        raise FileNotFoundError(f"there is no file at {path}" + (" (a symbolic link to nowhere)" if path.is_symlink() else ""))
-    if path.is_dir():
-        raise ValueError(f"{path} is a folder; give the path of a .gguf file")
-    if not stat.S_ISREG(path.stat().st_mode):
-        raise ValueError(f"{path} is not an ordinary file (a pipe or a device?); give the path of a .gguf file")
     if path.stat().st_size == 0:
         raise ValueError(f"{path} is empty, not a GGUF file")
     return path

@@ -301,7 +301,7 @@ def test_a_huge_length_anywhere_gets_a_sentence_without_a_huge_allocation(positi
 
 
 def test_what_is_not_a_gguf_file_gets_a_sentence(tmp_path):
-    with pytest.raises(TypeError, match="path must be a GGUF file's path"):
+    with pytest.raises(TypeError, match="the path of a .gguf file must be a str or pathlib.Path"):
         reader.read(3)
     with pytest.raises(FileNotFoundError, match="there is no file at"):
         reader.read(tmp_path / "absent.gguf")

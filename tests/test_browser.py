@@ -210,9 +210,9 @@ CUT_OUTPUTS = """() => {
 # part of a name between spaces (a span.pre), or a whole piece of code of SHORT_CODE characters or fewer
 # (`key == query`). Two fragments on different lines are more than 4 px apart vertically.
 SHORT_CODE = 30  # as course.js
-CODE_FIT = """([short]) => {
+CODE_FIT = """([short, desktop]) => {
   const article = document.querySelector(".bd-article");
-  if (!article) return {wideCode: [], brokenNames: []};
+  if (!article) return {wideCode: [], brokenNames: [], wideInline: []};
   const lines = node => {
     const tops = Array.from(node.getClientRects()).filter(rect => rect.width > 0).map(rect => rect.top);
     return tops.length && Math.max(...tops) - Math.min(...tops) > 4 ? 2 : 1;
@@ -220,12 +220,17 @@ CODE_FIT = """([short]) => {
   const wideCode = Array.from(article.querySelectorAll("pre"))
     .filter(pre => pre.getBoundingClientRect().width > 0 && pre.scrollWidth > pre.clientWidth + 1)
     .map(pre => ({code: pre.textContent.trim().slice(0, 60), width: pre.scrollWidth, column: pre.clientWidth}));
-  const brokenNames = Array.from(article.querySelectorAll("code.literal")).filter(code => !code.closest("pre"))
+  const inline = Array.from(article.querySelectorAll("code.literal")).filter(code => !code.closest("pre"));
+  const brokenNames = inline
     .flatMap(code => Array.from(code.querySelectorAll("span.pre")).concat(
-      code.textContent.trim().length <= short ? [code] : []))
+      desktop || code.textContent.trim().length <= short ? [code] : []))
     .filter(node => lines(node) > 1)
     .map(node => node.textContent.trim() + (node.closest("table") ? " (in a table)" : ""));
-  return {wideCode, brokenNames};
+  const column = article.getBoundingClientRect();
+  const wideInline = desktop ? inline.filter(code => !code.closest("table"))
+    .filter(code => code.getBoundingClientRect().right > column.right + 1)
+    .map(code => code.textContent.trim().slice(0, 60)) : [];
+  return {wideCode, brokenNames, wideInline};
 }"""
 
 
@@ -289,7 +294,7 @@ class Visitor:
         report = self.page.evaluate(MEASURE)
         report["axe"] = self.page.evaluate(AXE, [self.desktop])
         report["cutOutputs"] = self.page.evaluate(CUT_OUTPUTS)
-        report.update(self.page.evaluate(CODE_FIT, [SHORT_CODE]))
+        report.update(self.page.evaluate(CODE_FIT, [SHORT_CODE, self.desktop]))
         report["problems"] = self.problems
         # Leave the page as closing it would: what it still had loading is cancelled here, not reported as a
         # failed request of the next page.
@@ -382,15 +387,18 @@ def test_printed_output_fits_its_block_at_desktop_width(reports):
 
 
 def test_code_fits_its_column_and_no_code_name_breaks_at_desktop_width(reports):
-    # At 1280 px every page's code blocks fit their column, and no name in inline code is broken across lines
-    # (on a phone, course.js lets a long name break after a "." or "_", and code blocks scroll in their box).
-    wide, broken = [], []
+    # At 1280 px every page's code blocks fit their column, no piece of inline code is broken across lines (any
+    # length: a line of prose breaks before it instead), and none runs past the column (on a phone, course.js
+    # lets a long name break after a "." or "_", and code blocks scroll in their box).
+    wide, broken, wide_inline = [], [], []
     for (width, relative), report in reports.items():
         if width == "desktop":
             wide += [f"{relative}: {code}" for code in report["wideCode"]]
             broken += [f"{relative}: {name}" for name in report["brokenNames"]]
+            wide_inline += [f"{relative}: {code}" for code in report["wideInline"]]
     assert not wide, "code wider than its column at 1280 px:\n" + "\n".join(wide)
-    assert not broken, "code names broken across lines at 1280 px:\n" + "\n".join(broken)
+    assert not broken, "inline code broken across lines at 1280 px:\n" + "\n".join(broken)
+    assert not wide_inline, "inline code running past its column at 1280 px:\n" + "\n".join(wide_inline)
 
 
 def test_every_page_of_the_book_folder_is_visited(site, reports):

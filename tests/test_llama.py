@@ -165,10 +165,8 @@ def test_the_block_equals_transformers_decoder_layer(float64_reference, num_kv_h
 # The whole model ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("num_kv_heads", [2, 3, 6])
-def test_logits_and_weights_equal_transformers_in_float32(num_kv_heads):
-    model = reference(num_kv_heads)
-    ours = LlamaLM.from_transformers(model)
+def differences_from(model, ours):
+    """transformers' output, our weights, and the largest differences: logits (explicit path), logits (fused), weights."""
     ids = tokens()
     with torch.no_grad():
         expected = model(ids, output_attentions=True)
@@ -176,6 +174,14 @@ def test_logits_and_weights_equal_transformers_in_float32(num_kv_heads):
         fused = ours(ids)
     differences = [(logits - expected.logits).abs().max().item(), (fused - expected.logits).abs().max().item(),
                    (weights - torch.stack(expected.attentions)).abs().max().item()]
+    return expected, weights, differences
+
+
+@pytest.mark.parametrize("num_kv_heads", [2, 3, 6])
+def test_logits_and_weights_equal_transformers_in_float32(num_kv_heads):
+    model = reference(num_kv_heads)
+    ours = LlamaLM.from_transformers(model)
+    expected, weights, differences = differences_from(model, ours)
     print(f"H_kv {num_kv_heads}, float32, logits up to {expected.logits.abs().max().item():.1f}: largest differences "
           f"{differences[0]:.1e} (explicit path), {differences[1]:.1e} (fused), weights {differences[2]:.1e}")
     assert weights.shape == (2, 2, 6, LENGTH, LENGTH)
@@ -187,13 +193,7 @@ def test_logits_and_weights_equal_transformers_in_float64(float64_reference, num
     model = reference(num_kv_heads, torch.float64)
     ours = LlamaLM.from_transformers(model)
     assert ours.token_embedding.weight.dtype == torch.float64 and ours.readout.weight is ours.token_embedding.weight
-    ids = tokens()
-    with torch.no_grad():
-        expected = model(ids, output_attentions=True)
-        logits, weights = ours(ids, need_weights=True)
-        fused = ours(ids)
-    differences = [(logits - expected.logits).abs().max().item(), (fused - expected.logits).abs().max().item(),
-                   (weights - torch.stack(expected.attentions)).abs().max().item()]
+    expected, weights, differences = differences_from(model, ours)
     print(f"H_kv {num_kv_heads}, float64: largest differences {differences[0]:.1e} (explicit path), "
           f"{differences[1]:.1e} (fused), weights {differences[2]:.1e}")
     assert max(differences) < 1e-12

@@ -6,6 +6,7 @@ for more memory than any machine has; each is refused while the arguments are re
 """
 
 import argparse
+import math
 import os
 
 
@@ -20,6 +21,24 @@ def whole_number_argument(name, minimum, maximum, why=""):
         if not minimum <= value <= maximum:
             reason = f" ({why})" if why else ""
             raise argparse.ArgumentTypeError(f"{name} must be a whole number from {minimum:,} to {maximum:,}{reason}, got {text}")
+        return value
+
+    return parse
+
+
+def number_argument(name, minimum, maximum, why="", below_maximum=False):
+    """An argparse ``type=`` that takes a finite number from ``minimum`` to ``maximum`` (or below it)."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        too_high = value >= maximum if below_maximum else value > maximum
+        if not math.isfinite(value) or value < minimum or too_high:
+            upper = f"below {maximum:g}" if below_maximum else f"to {maximum:g}"
+            reason = f" ({why})" if why else ""
+            raise argparse.ArgumentTypeError(f"{name} must be a number from {minimum:g} {upper}{reason}, got {text}")
         return value
 
     return parse

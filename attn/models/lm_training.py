@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.arguments import steps_argument, threads_argument, whole_number_argument
+from attn.common.arguments import number_argument, steps_argument, threads_argument, whole_number_argument
 from attn.common.destinations import file_problem, folder_argument, output_folder, write_text
 from attn.common.sizes import check_allocation
 from attn.common.validate import (
@@ -369,6 +369,8 @@ def write_outputs(out, model, tokenizer, config, log):
 
 CORPUS_HELP = "folder of the novels (default: where python -m attn.corpus writes)"
 SEED_ARGUMENT = whole_number_argument("--seed", 0, 2**64 - 1, "what PyTorch's generator takes")
+DROPOUT_ARGUMENT = number_argument("--dropout", 0.0, 1.0, "a probability of dropping", below_maximum=True)
+RATE_ARGUMENT = number_argument("--learning-rate", 1e-6, 1.0, "larger steps than 1 diverge")
 OUTPUT_FOLDER = folder_argument(WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME, CHECKPOINT_NAME)  # --out, checked first
 
 
@@ -380,6 +382,9 @@ def main(argv=None):
     trainer.add_argument("--size", choices=sorted(SIZES), default="full", help="full (the shipped model) or tiny (seconds)")
     trainer.add_argument("--steps", type=steps_argument(), default=None, help="training steps (default: the size's)")
     trainer.add_argument("--seed", type=SEED_ARGUMENT, default=None, help="seed (default 0)")
+    trainer.add_argument("--dropout", type=DROPOUT_ARGUMENT, default=None, help="dropout (default: the size's)")
+    trainer.add_argument("--learning-rate", type=RATE_ARGUMENT, default=None,
+                         help="peak learning rate (default: the size's)")
     trainer.add_argument("--corpus", type=_corpus_folder_argument, default=None, help=CORPUS_HELP)
     trainer.add_argument("--threads", type=threads_argument(), default=1, help="math threads (default 1: same sums everywhere)")
     refresher = commands.add_parser("baselines", help="recount the baselines in a trained model's log")
@@ -402,7 +407,8 @@ def main(argv=None):
               f"Exported step {log['steps_done']} of {log['config']['steps']}: held-out loss {log['held_out_loss']:.3f}.")
         return
     config = dict(SIZES[args.size])
-    config.update({key: value for key, value in (("steps", args.steps), ("seed", args.seed)) if value is not None})
+    config.update({key: value for key, value in (("steps", args.steps), ("seed", args.seed), ("dropout", args.dropout),
+                                                     ("learning_rate", args.learning_rate)) if value is not None})
     torch.set_num_threads(args.threads)
     try:
         log = train(config, args.out, args.corpus)

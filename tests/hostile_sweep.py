@@ -70,6 +70,8 @@ EXEMPT = {
     # Long work by design (minutes of training or timing): each is what a command line runs after checking its
     # arguments, and the command line is swept; a plain call here would train for minutes.
     "attn.models.window_runs.run_all": "trains lesson 14's recall runs (python -m attn.models.window_runs, swept)",
+    "attn.models.window_induction.run_all": "trains lesson 14's induction runs (python -m attn.models.window_induction, "
+                                            "swept)",
     "attn.models.compressed_recall.run_all": "trains lesson 15's comparisons (python -m attn.models.compressed_recall, swept)",
     "attn.models.window_austen.run": "measures the Austen model's windows (python -m attn.models.window_austen, swept)",
     "attn.measure.bench.run_benchmark": "times every case for minutes (python -m attn.measure.bench, swept)",

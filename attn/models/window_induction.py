@@ -1,0 +1,214 @@
+"""What a sliding window costs an induction head (lesson 14): copying a repeat at a distance, by stack.
+
+    python -m attn.models.window_induction --out lessons/models
+
+The task is lesson 11's: a random block of d tokens, then the same block again, at the end of a
+sequence of LENGTH random tokens. Inside the second copy every next token can be read off the
+first copy: the query at position p finds where its own token stood d positions back and copies
+the token after it, which sits d - 1 positions back. That takes two steps, a previous-token head
+and then an induction head, and the second must reach d - 1 positions. A local layer reaches
+WINDOW - 1 positions; unlike recall (attn.models.window_runs), stacking local layers does not
+obviously add reach, since the match is made between the query and one key.
+
+The stacks are window_runs' (the course's Decoder, two heads, learned positions, W = 8) but one
+local layer alone, which cannot form an induction head (lesson 11). Each is trained on d drawn
+uniformly from 2 to MAX_DISTANCE, the loss on the d - 1 copyable predictions of each sequence.
+Every run trains until its loss has stopped falling: every EVAL_EVERY steps the loss on
+VALID_SEQUENCES held-out sequences is measured, and training stops once it has not fallen by
+MIN_GAIN nats below its best for PATIENCE measurements in a row (or at MAX_STEPS, which the record
+then says). PATIENCE is larger than lesson 15's: an induction head forms suddenly, after a plateau.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch.nn import functional
+
+from attn.common.arguments import whole_number_argument
+from attn.common.destinations import folder_argument, write_text
+from attn.common.validate import require_choice, require_tensor, require_token_ids, type_name, whole_number
+from attn.models.decoder import Decoder
+from attn.models.window_runs import BATCH_SIZE, EMBED_DIM, LEARNING_RATE, LENGTH, NUM_HEADS, SEEDS, STACKS, WINDOW
+
+VOCAB_SIZE = 64  # lesson 11's: large enough that a random repeat of the current token is rare
+MIN_DISTANCE, MAX_DISTANCE = 2, LENGTH // 2  # both copies fit in the sequence
+EVAL_EVERY, PATIENCE, MIN_GAIN, MAX_STEPS = 250, 3, 0.01, 4000  # the stopping rule: see the docstring
+VALID_SEQUENCES, VALID_SEED, TEST_PER_DISTANCE, TEST_SEED = 512, 2000, 100, 12345
+RESULTS_NAME = "window_induction.json"
+INDUCTION_STACKS = tuple(name for name in STACKS if name != "1 local")  # one layer cannot copy (lesson 11)
+
+
+def check_distances(distances):
+    """``distances`` must be a 1-D integer tensor of values from MIN_DISTANCE to MAX_DISTANCE."""
+    require_tensor("distances", distances)
+    if distances.dim() != 1 or distances.is_floating_point() or distances.is_complex() or distances.dtype == torch.bool:
+        raise TypeError(f"distances must be a 1-D integer tensor, got {distances.dim()}-D {distances.dtype}")
+    if distances.numel() and not (int(distances.min()) >= MIN_DISTANCE and int(distances.max()) <= MAX_DISTANCE):
+        raise ValueError(f"distances must lie from {MIN_DISTANCE} to {MAX_DISTANCE} (two copies in {LENGTH} tokens), "
+                         f"got values from {int(distances.min())} to {int(distances.max())}")
+
+
+def repeat_batch(distances, generator):
+    """tokens (N, LENGTH) and copyable (N, LENGTH) bool: the last 2d tokens are a block of d twice over.
+
+    copyable[n, p] marks the positions whose next token is the token d - 1 positions back:
+    LENGTH - d <= p < LENGTH - 1.
+    """
+    check_distances(distances)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type_name(generator)}")
+    tokens = torch.randint(VOCAB_SIZE, (len(distances), LENGTH), generator=generator)  # (N, LENGTH)
+    positions = torch.arange(LENGTH)  # (LENGTH,)
+    second = positions >= LENGTH - distances[:, None]  # (N, LENGTH): the second copy
+    source = (positions - distances[:, None]).clamp(min=0)  # (N, LENGTH): d positions back
+    tokens = torch.where(second, tokens.gather(1, source), tokens)
+    copyable = second & (positions < LENGTH - 1)
+    return tokens, copyable
+
+
+def copy_loss(model, tokens, copyable):
+    """Mean cross-entropy of the copyable predictions; also their right/wrong (K,) bool."""
+    _check_model(model)
+    require_token_ids("tokens", tokens, 2)
+    if not (isinstance(copyable, torch.Tensor) and copyable.dtype == torch.bool and copyable.shape == tokens.shape):
+        raise TypeError(f"copyable must be a bool tensor shaped like tokens {tuple(tokens.shape)} (from repeat_batch), "
+                        f"got {type_name(copyable) if not isinstance(copyable, torch.Tensor) else copyable.dtype}")
+    if not copyable[:, :-1].any():
+        raise ValueError("copyable marks no position before the last: there is nothing to score")
+    logits = model(tokens)[:, :-1][copyable[:, :-1]]  # (K, V)
+    targets = tokens[:, 1:][copyable[:, :-1]]  # (K,)
+    return functional.cross_entropy(logits, targets), logits.argmax(dim=-1) == targets
+
+
+def _check_model(model):
+    if not isinstance(model, Decoder) or model.vocab_size != VOCAB_SIZE or model.max_length < LENGTH:
+        raise TypeError(f"model must be an attn.models.decoder.Decoder from new_model, got {type_name(model)}")
+
+
+def _check_run(stack, seed, max_steps, per_distance):
+    require_choice("stack", stack, tuple(STACKS))
+    whole_number("seed", seed, minimum=0, maximum=2**62)
+    whole_number("max_steps", max_steps, minimum=1, maximum=10**6)
+    whole_number("per_distance", per_distance, minimum=1, maximum=100_000)
+
+
+def new_model(stack, seed):
+    """The course's Decoder with ``stack``'s layer types, its weights drawn from ``seed``."""
+    require_choice("stack", stack, tuple(STACKS))
+    whole_number("seed", seed, minimum=0, maximum=2**62)
+    torch.manual_seed(seed)
+    return Decoder(VOCAB_SIZE, LENGTH, embed_dim=EMBED_DIM, num_heads=NUM_HEADS, num_layers=len(STACKS[stack]),
+                   window=WINDOW, layer_types=list(STACKS[stack]))
+
+
+def _sequences(count, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return repeat_batch(torch.randint(MIN_DISTANCE, MAX_DISTANCE + 1, (count,), generator=generator), generator)
+
+
+def train(model, seed, max_steps=MAX_STEPS):
+    """Adam until the validation loss stops falling; returns (steps, validation curve, stopped)."""
+    _check_model(model)
+    _check_run("2 local", seed, max_steps, 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    generator = torch.Generator().manual_seed(1000 + seed)
+    valid = _sequences(VALID_SEQUENCES, VALID_SEED + seed)
+    step, best, flat, curve = 0, float("inf"), 0, []
+    while step < max_steps and flat < PATIENCE:
+        model.train()
+        for _ in range(min(EVAL_EVERY, max_steps - step)):
+            distances = torch.randint(MIN_DISTANCE, MAX_DISTANCE + 1, (BATCH_SIZE,), generator=generator)
+            loss, _ = copy_loss(model, *repeat_batch(distances, generator))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            step += 1
+        model.eval()
+        with torch.no_grad():
+            curve.append(round(copy_loss(model, *valid)[0].item(), 4))
+        best, flat = (curve[-1], 0) if curve[-1] < best - MIN_GAIN else (best, flat + 1)
+    return step, curve, flat >= PATIENCE
+
+
+@torch.no_grad()
+def accuracy_by_distance(model, per_distance=TEST_PER_DISTANCE):
+    """Fraction of copyable predictions right at each distance MIN_DISTANCE .. MAX_DISTANCE, a list."""
+    _check_model(model)
+    _check_run("2 local", 0, 1, per_distance)
+    model.eval()
+    generator = torch.Generator().manual_seed(TEST_SEED)
+    accuracy = []
+    for distance in range(MIN_DISTANCE, MAX_DISTANCE + 1):
+        tokens, copyable = repeat_batch(torch.full((per_distance,), distance), generator)
+        accuracy.append(copy_loss(model, tokens, copyable)[1].double().mean().item())
+    return accuracy
+
+
+def run(stack, seed, max_steps=MAX_STEPS, per_distance=TEST_PER_DISTANCE):
+    """One stack trained with one seed: accuracy by distance, steps, validation curve, whether it stopped."""
+    _check_run(stack, seed, max_steps, per_distance)
+    started = time.perf_counter()
+    model = new_model(stack, seed)
+    steps, curve, stopped = train(model, seed, max_steps)
+    return {"stack": stack, "seed": seed, "steps": steps, "stopped": stopped, "curve": curve,
+            "accuracy": [round(value, 3) for value in accuracy_by_distance(model, per_distance)],
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def run_all(out, stacks=INDUCTION_STACKS, seeds=SEEDS, max_steps=MAX_STEPS, per_distance=TEST_PER_DISTANCE,
+            progress=print):
+    """Every stack with every seed, written to ``out``/RESULTS_NAME; returns the record."""
+    record = {
+        "task": {"vocab_size": VOCAB_SIZE, "length": LENGTH, "window": WINDOW, "embed_dim": EMBED_DIM,
+                 "num_heads": NUM_HEADS, "batch_size": BATCH_SIZE, "learning_rate": LEARNING_RATE,
+                 "test_per_distance": per_distance, "test_seed": TEST_SEED},
+        "stopping": {"eval_every": EVAL_EVERY, "patience": PATIENCE, "min_gain": MIN_GAIN, "max_steps": max_steps,
+                     "valid_sequences": VALID_SEQUENCES},
+        "seeds": list(seeds), "stacks": {name: list(STACKS[name]) for name in stacks},
+        "distances": list(range(MIN_DISTANCE, MAX_DISTANCE + 1)), "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "runs": [],
+    }
+    for stack in stacks:
+        for seed in seeds:
+            result = run(stack, seed, max_steps, per_distance)
+            record["runs"].append(result)
+            progress(f"{stack:>15}, seed {seed}: {result['steps']} steps, validation loss {result['curve'][-1]:.3f}, "
+                     f"{result['seconds']} s")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    write_text(Path(out) / RESULTS_NAME, json.dumps(record, separators=(",", ":")) + "\n")
+    return record
+
+
+def _stack(text):
+    if text not in STACKS:
+        raise argparse.ArgumentTypeError(f"unknown stack {text!r}; choose from {', '.join(map(repr, STACKS))}")
+    return text
+
+
+SEED_ARGUMENT = whole_number_argument("--seeds", 0, 2**31 - 1, "what the course's seeds take")
+MAX_STEPS_ARGUMENT = whole_number_argument("--max-steps", 1, 10**6, "a run stops earlier when its loss stops falling")
+PER_DISTANCE_ARGUMENT = whole_number_argument("--per-distance", 1, 100_000, "more would not fit in memory")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m attn.models.window_induction",
+        description="Train each stack of local and global layers on induction at a distance, with seeds 0-2.")
+    parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
+    parser.add_argument("--stacks", nargs="+", type=_stack, default=list(INDUCTION_STACKS),
+                        help="stacks to train (default: all but one local layer, which cannot form an induction head)")
+    parser.add_argument("--seeds", nargs="+", type=SEED_ARGUMENT, default=list(SEEDS), help="seeds (default: 0 1 2)")
+    parser.add_argument("--max-steps", type=MAX_STEPS_ARGUMENT, default=MAX_STEPS,
+                        help=f"most training steps per run (default {MAX_STEPS})")
+    parser.add_argument("--per-distance", type=PER_DISTANCE_ARGUMENT, default=TEST_PER_DISTANCE,
+                        help=f"test sequences per distance (default {TEST_PER_DISTANCE})")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the same sums in the same order on every machine
+    run_all(args.out, tuple(args.stacks), tuple(args.seeds), args.max_steps, args.per_distance)
+
+
+if __name__ == "__main__":
+    main()

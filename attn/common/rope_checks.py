@@ -7,6 +7,8 @@ helpers of ``attn.positions`` use these too.
 import math
 import numbers
 
+import numpy as np
+
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 COMMON_KEYS = ("rope_type", "rope_theta", "partial_rotary_factor")
 REQUIRED = {
@@ -141,7 +143,11 @@ def check_ntk_dim(dim, rope_type):
 
 
 def check_frequencies(frequencies, what):
-    """ValueError unless every inverse frequency (NumPy (dim / 2,)) is finite and positive: huge factors overflow."""
+    """ValueError unless every inverse frequency (NumPy float64 (dim / 2,)) is finite and positive: huge factors
+    overflow. ``what``: the call that made them, named in the sentence."""
+    if not isinstance(frequencies, np.ndarray) or frequencies.dtype != np.float64 or not isinstance(what, str):
+        raise TypeError(f"check_frequencies takes a NumPy float64 array and a str, got {_name_of(frequencies)} and "
+                        f"{_name_of(what)}")
     if not (frequencies.size and (frequencies > 0).all() and (frequencies < math.inf).all()):
         raise ValueError(f"{what} gives inverse frequencies that are not finite and positive (a factor or length so "
                          "large that the base overflows float64); use a smaller factor")

@@ -198,9 +198,11 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"learned_sinks cannot be combined with dropout={dropout}: the sink path has no dropout")
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if learned_sinks else None
         self.sink_positions = check_sink_positions(sink_positions, self.window)  # lesson 16
-        if sink_positions == "cache" and (learned_sinks or dropout or rotary_scaling is not None or rotary_fraction != 1):
-            raise ValueError("sink_positions='cache' runs its own written-out path, without learned sinks, dropout, "
-                             "rotary_scaling or rotary_fraction")
+        if sink_positions == "cache" and (learned_sinks or dropout):
+            raise ValueError("sink_positions='cache' runs its own written-out path, without learned sinks or dropout")
+        if sink_positions == "cache" and (self.rotary_scaling is not None or self.rotary_fraction != 1):
+            raise ValueError("sink_positions='cache' runs its own written-out path, with the plain rotary of "
+                             "rotary_base only: no rotary_scaling or rotary_fraction")
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.head_dim, self.dropout = embed_dim // num_heads, dropout
         self.query_proj = nn.Linear(embed_dim, embed_dim, bias=bias)

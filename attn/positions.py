@@ -186,6 +186,7 @@ def apply_rotary(x, positions=None, base=10000.0, scaling=None, rotary_fraction=
     Lesson 17: ``scaling`` (see ``rotary_frequencies``; 'dynamic' reads the length max(positions) + 1) changes
     the frequencies, and YaRN multiplies the rotated features by ``yarn_attention_factor``; ``rotary_fraction``
     rotates only the first d * rotary_fraction features (whole pairs) and passes the rest through unchanged.
+    With 'dynamic' and a KV cache, keys cached earlier keep the frequencies of the length read then (as in transformers).
     """
     import torch  # here, not at the top: the NumPy lessons import this module without PyTorch
 

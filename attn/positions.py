@@ -128,7 +128,7 @@ def yarn_ramp(dim, base, scaling):
     low, high = pair_turning(scaling["beta_fast"]), pair_turning(scaling["beta_slow"])
     if scaling["truncate"]:
         low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
+    low, high = max(low, 0), min(high, dim - 1)  # the bounds transformers clamps to
     high = high + 0.001 if high == low else high  # one pair alone: a step instead of a ramp
     return np.clip((np.arange(dim // 2) - low) / (high - low), 0.0, 1.0)
 
@@ -150,7 +150,7 @@ def _llama3_frequencies(frequencies, scaling):
 
 
 def yarn_mscale(factor, mscale=1.0):
-    """YaRN's magnitude correction 0.1 mscale ln s + 1 for s > 1, else 1 (Peng et al. 2023), a float."""
+    """YaRN's magnitude correction 0.1 mscale ln s + 1 for s > 1, else 1 (Peng et al. 2024), a float."""
     factor, mscale = real_number("factor", factor), real_number("mscale", mscale, inclusive=True)
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 

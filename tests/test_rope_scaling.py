@@ -222,6 +222,39 @@ def test_the_austen_model_reads_further_with_a_scaling():
         model.set_rotary_scaling({"rope_type": "ntk", "factor": 2.0})
 
 
+def test_a_llama_model_reads_further_as_transformers_does():
+    """LlamaLM.set_rotary_scaling equals transformers' Llama with the same rope_parameters (YaRN: frequencies and
+    attention factor), 48 positions past a trained length of 16; float64, tiny random weights copied."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from attn.models.llama import LlamaLM
+
+    def llama(rope):
+        torch.manual_seed(6)
+        config = LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
+                             rope_parameters={"rope_theta": 10000.0, **rope}, attn_implementation="eager")
+        return LlamaForCausalLM(config).double().eval()
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+    trained = llama({"rope_type": "default"})  # from_transformers copies a model without scaling
+    with torch.no_grad():  # queries and keys large enough that positions change the weights visibly
+        for layer in trained.model.layers:
+            layer.self_attn.q_proj.weight.normal_(std=0.5)
+            layer.self_attn.k_proj.weight.normal_(std=0.5)
+    model = LlamaLM.from_transformers(trained).double().eval()
+    reference = llama(yarn)  # the same weights (same seed), read with YaRN
+    reference.load_state_dict(trained.state_dict())
+    tokens = torch.randint(0, 32, (1, 48))
+    with torch.no_grad():
+        expected = reference(tokens).logits
+        plain = model(tokens)
+        scaled = model.set_rotary_scaling(yarn)(tokens)
+    size = expected.abs().max().item()
+    assert (scaled - expected).abs().max().item() / size < 1e-6  # the reference's angles are float32
+    assert (plain - expected).abs().max().item() / size > 1e-2
+
+
 def test_log_n_scale():
     assert log_n_scale(100, 256) == 1.0 and log_n_scale(256, 256) == 1.0
     assert log_n_scale(1024, 256) == pytest.approx(math.log(1024) / math.log(256))

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from attn.common.layer_checks import check_parameters
+from attn.common.rope_checks import check_rope_scaling
 from attn.common.validate import (
     has_only_finite,
     positive_int,
@@ -30,7 +31,7 @@ from attn.common.validate import (
     type_name,
 )
 from attn.norms import RMSNorm  # lesson 15 built it here; it lives in attn.norms now, attn.latent.RMSNorm still works
-from attn.positions import apply_rotary
+from attn.positions import apply_rotary, yarn_mscale
 
 MAX_SCALING = 1e3  # scores times more than this leave softmax only inf
 
@@ -79,10 +80,14 @@ class LatentAttention(nn.Module):
     position-free and rotary parts), value_dim (per head), query_latent_dim (q_lora_rank: the query
     goes through its own low-rank bottleneck; None = one projection). Scores are scaled by
     1 / sqrt(nope_dim + rope_dim) unless ``scaling`` is given.
+    Lesson 17: ``rope_scaling`` (None, or a dict in transformers' rope_parameters form, such as DeepSeek-V3's YaRN)
+    changes the rotary frequencies and multiplies the rotated queries and keys by attn.positions'
+    yarn_attention_factor; with YaRN's mscale_all_dim, the default score scale is also multiplied by
+    yarn_mscale(factor, mscale_all_dim)^2, the softmax temperature DeepSeek applies (``deepseek_temperature``).
     """
 
     def __init__(self, embed_dim, num_heads, latent_dim, nope_dim, rope_dim, value_dim, query_latent_dim=None,
-                 bias=False, rope_base=10000.0, eps=1e-6, scaling=None):
+                 bias=False, rope_base=10000.0, eps=1e-6, scaling=None, rope_scaling=None):
         super().__init__()
         embed_dim, num_heads = positive_int("embed_dim", embed_dim), positive_int("num_heads", num_heads)
         latent_dim, nope_dim = positive_int("latent_dim", latent_dim), positive_int("nope_dim", nope_dim)
@@ -92,6 +97,7 @@ class LatentAttention(nn.Module):
         if not isinstance(bias, bool):
             raise TypeError(f"bias must be True or False, got {type_name(bias)} {bias!r}")
         rope_base, eps = positive_number("rope_base", rope_base), positive_number("eps", eps)
+        rope_scaling = check_rope_scaling(rope_scaling, rope_base)
         scaling = None if scaling is None else positive_number("scaling", scaling)
         if scaling is not None and scaling > MAX_SCALING:
             raise ValueError(f"scaling={scaling!r} multiplies every score by more than {MAX_SCALING:g}, so that softmax sees "
@@ -104,7 +110,8 @@ class LatentAttention(nn.Module):
         )
         self.num_heads, self.latent_dim, self.nope_dim = num_heads, latent_dim, nope_dim
         self.rope_dim, self.value_dim, self.rope_base = rope_dim, value_dim, rope_base
-        self.scaling = 1 / math.sqrt(nope_dim + rope_dim) if scaling is None else scaling
+        self.rope_scaling = rope_scaling
+        self.scaling = deepseek_temperature(rope_scaling) / math.sqrt(nope_dim + rope_dim) if scaling is None else scaling
         if query_latent_dim is None:
             self.query_proj = nn.Linear(embed_dim, query_width, bias=False)
         else:
@@ -132,13 +139,13 @@ class LatentAttention(nn.Module):
         self._check(x, False, None)
         q = self.query_proj(x).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)  # (B, H, T, nope + rope)
         q_nope, q_rope = q.split([self.nope_dim, self.rope_dim], dim=-1)
-        return q_nope, apply_rotary(q_rope, positions, self.rope_base)
+        return q_nope, apply_rotary(q_rope, positions, self.rope_base, self.rope_scaling)
 
     def compress(self, x, positions):
         """x (B, T, E) -> latents c (B, T, r) and rotated shared keys (B, T, rope_dim): all a cache keeps."""
         self._check(x, False, None)
         latents, rope_keys = self.down_proj(x).split([self.latent_dim, self.rope_dim], dim=-1)
-        return self.latent_norm(latents), apply_rotary(rope_keys, positions, self.rope_base)
+        return self.latent_norm(latents), apply_rotary(rope_keys, positions, self.rope_base, self.rope_scaling)
 
     def forward(self, x, absorbed=False, cache=None):
         """x (B, T, E) -> (B, T, E), causal; with a LatentCache, x's tokens follow the cached ones."""
@@ -225,7 +232,7 @@ class LatentAttention(nn.Module):
             config.hidden_size, config.num_attention_heads, config.kv_lora_rank, config.qk_nope_head_dim,
             config.qk_rope_head_dim, config.v_head_dim, config.q_lora_rank, bias=bool(config.attention_bias),
             rope_base=config.rope_parameters["rope_theta"], eps=module.kv_a_layernorm.variance_epsilon,
-            scaling=module.scaling,
+            scaling=module.scaling, rope_scaling=_rope_scaling(config),
         )
         weight = module.kv_a_proj_with_mqa.weight
         layer.to(dtype=weight.dtype, device=weight.device)
@@ -263,16 +270,33 @@ def _deepseek_config(module):
             f"got {type_name(module)}"
         )
     rope_type = config.rope_parameters.get("rope_type", "default")
-    if rope_type != "default":
+    if rope_type not in ("default", "yarn"):
         raise ValueError(
-            f"this module uses {rope_type!r} rotary scaling (YaRN for DeepSeek-V3's long context), which changes the "
-            "rotary frequencies; the course's layer implements the default rotary only"
+            f"this module uses {rope_type!r} rotary scaling; the course's latent attention takes the default rotary "
+            "and DeepSeek-V3's YaRN"
         )
     if getattr(config, "num_key_value_heads", config.num_attention_heads) != config.num_attention_heads:
         raise ValueError("num_key_value_heads differs from num_attention_heads; latent attention shares no key heads")
     if isinstance(config.attention_dropout, numbers.Real) and config.attention_dropout and module.training:
         raise ValueError("the module uses attention dropout in training mode; call module.eval() before copying it")
     return config
+
+
+def deepseek_temperature(rope_scaling):
+    """The factor DeepSeek multiplies its softmax scale by (DeepseekV3Attention): yarn_mscale(s, mscale_all_dim)^2 for
+    a YaRN scaling with mscale_all_dim, else 1. A float; ``rope_scaling`` None or a rope_parameters dict."""
+    rope_scaling = check_rope_scaling(rope_scaling)
+    if rope_scaling is None or rope_scaling["rope_type"] != "yarn" or not rope_scaling.get("mscale_all_dim"):
+        return 1.0
+    return yarn_mscale(rope_scaling["factor"], rope_scaling["mscale_all_dim"]) ** 2
+
+
+def _rope_scaling(config):
+    """The config's YaRN parameters as LatentAttention's rope_scaling, or None for the default rotary."""
+    parameters = dict(config.rope_parameters)
+    if parameters.get("rope_type", "default") == "default":
+        return None
+    return {key: value for key, value in parameters.items() if key != "rope_theta"}  # the base is passed apart
 
 
 def _rope_order(config):

@@ -15,6 +15,7 @@ from attn.common.layer_checks import (
     check_rotary_base,
     check_weights_fit,
 )
+from attn.common.rope_checks import check_rope_scaling, check_rotary_options
 from attn.common.validate import positive_int, require_tensor
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
 from attn.positions import apply_rotary
@@ -142,7 +143,8 @@ class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch first.
 
     MultiHeadAttention(embed_dim E, num_heads H, bias=True, dropout=0.0, num_kv_heads=None, rotary_base=None,
-    window=None, sink_tokens=0, learned_sinks=False):
+    window=None, sink_tokens=0, learned_sinks=False, sink_positions='absolute', rotary_scaling=None,
+    rotary_fraction=1.0):
     E must be divisible by H; each head works on d = E / H features. dropout: probability of dropping
     an attention weight, in training mode only (as nn.MultiheadAttention). num_kv_heads H_kv (default H)
     must divide H: the key and value projections make H_kv heads and each serves H / H_kv query heads
@@ -157,6 +159,9 @@ class MultiHeadAttention(nn.Module):
     Lesson 16: sink_positions='cache' (with a window) rotates every key at its place in the cache, as
     StreamingLLM does (attn.streaming): keys are cached before rotary, a sink is never far away;
     'absolute' (the default) rotates them where they stand in the text.
+    Lesson 17: rotary_scaling (a dict in transformers' rope_parameters form, see attn.positions.rotary_frequencies;
+    ``set_rotary_scaling`` changes it on a trained layer) and rotary_fraction (partial rotary: only the first
+    d * rotary_fraction features of each head turn) are passed to attn.apply_rotary; rotary_base=None is NoPE.
 
     forward(query (B, T_q, E), key (B, T_new, E), value (B, T_new, E), mask=None, key_padding_mask=None,
     is_causal=False, need_weights=False, cache=None) returns output (B, T_q, E), or
@@ -179,10 +184,13 @@ class MultiHeadAttention(nn.Module):
     def __init__(
         self, embed_dim, num_heads, bias=True, dropout=0.0, num_kv_heads=None,
         rotary_base=None, window=None, sink_tokens=0, learned_sinks=False, sink_positions="absolute",
+        rotary_scaling=None, rotary_fraction=1.0,
     ):
         super().__init__()
         embed_dim, num_heads, dropout, num_kv_heads = check_layer_arguments(embed_dim, num_heads, bias, dropout, num_kv_heads)
         self.rotary_base = check_rotary_base(rotary_base, embed_dim // num_heads)
+        self.rotary_scaling, self.rotary_fraction = check_rotary_options(  # lesson 17
+            self.rotary_base, rotary_scaling, rotary_fraction, embed_dim // num_heads)
         self.window, self.sink_tokens = check_window_arguments(window, sink_tokens)  # lesson 14
         if not isinstance(learned_sinks, bool):
             raise TypeError(f"learned_sinks must be True or False, got {type(learned_sinks).__name__} {learned_sinks!r}")
@@ -192,6 +200,9 @@ class MultiHeadAttention(nn.Module):
         self.sink_positions = check_sink_positions(sink_positions, self.window)  # lesson 16
         if sink_positions == "cache" and (learned_sinks or dropout):
             raise ValueError("sink_positions='cache' runs its own written-out path, without learned sinks or dropout")
+        if sink_positions == "cache" and (self.rotary_scaling is not None or self.rotary_fraction != 1):
+            raise ValueError("sink_positions='cache' runs its own written-out path, with the plain rotary of "
+                             "rotary_base only: no rotary_scaling or rotary_fraction")
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.head_dim, self.dropout = embed_dim // num_heads, dropout
         self.query_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -270,7 +281,17 @@ class MultiHeadAttention(nn.Module):
         key_positions = torch.arange(cached, cached + k.shape[2], device=k.device)  # (T_new,)
         query_positions = key_positions[k.shape[2] - q.shape[2]:] if q.shape[2] <= k.shape[2] else (
             torch.arange(q.shape[2], device=q.device) + cached)  # (T_q,)
-        return apply_rotary(q, query_positions, self.rotary_base), apply_rotary(k, key_positions, self.rotary_base)
+        turn = {"base": self.rotary_base, "scaling": self.rotary_scaling, "rotary_fraction": self.rotary_fraction}
+        return apply_rotary(q, query_positions, **turn), apply_rotary(k, key_positions, **turn)
+
+    def set_rotary_scaling(self, scaling):
+        """Read a trained layer at another length (lesson 17): the rotary scaling from now on (None: none); returns self."""
+        if self.rotary_base is None:
+            raise ValueError("this layer has no rotary positions (rotary_base=None) to scale")
+        if self.sink_positions == "cache" and scaling is not None:
+            raise ValueError("sink_positions='cache' runs its own written-out path, without rotary_scaling")
+        self.rotary_scaling = check_rope_scaling(scaling, self.rotary_base)
+        return self
 
     @classmethod
     def from_torch(cls, module):

@@ -1,8 +1,11 @@
-"""A numerically stable softmax in NumPy."""
+"""A numerically stable softmax in NumPy, and lesson 17's log-n scaling of the scores it reads."""
 
+import math
 import operator
 
 import numpy as np
+
+from attn.common.rope_checks import positive_whole
 
 
 def as_float_array(x, name):
@@ -90,3 +93,16 @@ def softmax_in_place(scores, axis=-1):
     totals[totals == 0] = 1.0  # an all-zero row stays zero instead of becoming 0 / 0
     scores /= totals
     return scores
+
+
+def log_n_scale(length, context_length):
+    """Log-n scaling (lesson 17): the factor for the scores of a query that sees ``length`` keys, a float.
+
+    log(length) / log(context_length) past the trained length (Chiang and Cholak 2022; Qwen's "logn" attention),
+    1 up to it. A softmax over n keys spreads its weight thinner as n grows (dilution); multiplying the scores
+    by this factor keeps a key that stands out by a margin as sharply preferred as it was at the trained length.
+    """
+    length, context_length = positive_whole("length", length), positive_whole("context_length", context_length)
+    if context_length < 2:
+        raise ValueError(f"context_length must be at least 2 (log 1 = 0 cannot divide), got {context_length}")
+    return 1.0 if length <= context_length else math.log(length) / math.log(context_length)

@@ -182,7 +182,7 @@ INT_NAMES = {
 FLOAT_NAMES = {
     "temperature", "dropout", "dropout_p", "base", "rotary_base", "rope_base", "scaling", "learning_rate", "top_p", "eps",
     "mlp_ratio", "atol", "query_std", "key_std", "budget_s", "case_budget_s", "timeout_s", "test_timeout_s", "timeout",
-    "qk_norm_eps", "scale", "ceiling_tflops",
+    "qk_norm_eps", "scale", "ceiling_tflops", "factor", "mscale",
 }
 PATH_NAMES = {"path", "out", "folder", "directory", "notebook", "root", "tests_folder", "log"}
 TEXT_NAMES = {"text", "name", "what", "exercise_id", "kind", "label", "title", "words", "noun", "source", "command"}
@@ -294,6 +294,7 @@ GOOD_BY_NAME = {
     "steps": 1, "repeats": 1, "seed": 0, "block_q": 2, "block_k": 2, "chunk_size": 2, "capacity": 4, "num_layers": 1,
     "sink_tokens": 1, "batch": 2, "batch_size": 2, "t_q": 4, "t_k": 4, "beta": lambda paths: torch.rand(2, 4),
     "attention": lambda paths: importlib.import_module("attn").MultiHeadAttention(8, 2),  # a layer to wrap (E = 8)
+    "scaling": None,  # LatentAttention's score scale, or a rotary scaling dict (lesson 17): None is plain for both
 }
 GOOD_BY_KIND = {
     "tensor": lambda paths: torch.randn(*paths.get("shape", (2, 4, 8))),

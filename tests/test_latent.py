@@ -88,17 +88,67 @@ def test_rmsnorm_by_hand():
     torch.testing.assert_close(norm(x), x / (12.5**0.5))
 
 
-def test_yarn_and_wrong_modules_are_refused():
+def yarn_reference(factor, rope_interleave, mscale=0.707, mscale_all_dim=1.0, seed=0):
+    """A tiny random DeepseekV3Attention with DeepSeek-V3's YaRN (trained on 16 positions, read further), float64."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3
+
+    torch.manual_seed(seed)
+    rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": factor, "original_max_position_embeddings": 16,
+            "mscale": mscale, "mscale_all_dim": mscale_all_dim}
+    config = DeepseekV3Config(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=8,
+        qk_nope_head_dim=6, qk_rope_head_dim=8, v_head_dim=5, rope_interleave=rope_interleave,
+        attn_implementation="eager", max_position_embeddings=int(16 * factor), rope_parameters=rope,
+    )
+    module = modeling_deepseek_v3.DeepseekV3Attention(config, layer_idx=0).double().eval()
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(std=0.3)
+    return module, modeling_deepseek_v3.DeepseekV3RotaryEmbedding(config)
+
+
+@pytest.mark.parametrize("factor", [4.0, 40.0])
+@pytest.mark.parametrize("rope_interleave", [True, False])
+@pytest.mark.parametrize("mscales", [(0.707, 1.0), (1.0, 1.0), (0.0, 0.0)])
+def test_equals_deepseek_v3_with_yarn(factor, rope_interleave, mscales):
+    """Read 40 positions past a trained length of 16: YaRN's frequencies, the rotary keys and queries multiplied by its
+    attention factor, and DeepSeek's softmax temperature mscale(s, mscale_all_dim)^2, all as DeepseekV3Attention."""
+    module, rotary = yarn_reference(factor, rope_interleave, *mscales)
+    x = torch.randn(2, 40, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    expected = reference_output(module, rotary, x)
+    layer = LatentAttention.from_transformers(module)
+    built = LatentAttention(32, 4, 8, 6, 8, 5, 16, rope_scaling=layer.rope_scaling)  # the temperature from the dict
+    assert built.scaling == pytest.approx(module.scaling, rel=1e-12)
+    with torch.no_grad():
+        plain, absorbed = layer(x), layer(x, absorbed=True)
+        assert (plain - expected).abs().max().item() < 1e-6
+        assert (absorbed - expected).abs().max().item() < 1e-6
+        layer.rope_scaling = None  # the default rotary instead: far off, so the scaling is what made them equal
+        assert (layer(x) - expected).abs().max().item() > 1e-3
+
+
+def test_yarn_without_the_temperature_differs():
+    """Forgetting DeepSeek's softmax temperature (the default score scale with mscale_all_dim) is caught."""
+    module, rotary = yarn_reference(40.0, True)
+    x = torch.randn(1, 40, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    expected = reference_output(module, rotary, x)
+    layer = LatentAttention.from_transformers(module)
+    layer.scaling = 1 / (6 + 8) ** 0.5
+    with torch.no_grad():
+        assert (layer(x) - expected).abs().max().item() > 1e-3
+
+
+def test_other_scalings_and_wrong_modules_are_refused():
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3 import modeling_deepseek_v3
 
     config = DeepseekV3Config(
         hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=8,
         qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5,
-        rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
-                         "original_max_position_embeddings": 64},
+        rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
     )
-    with pytest.raises(ValueError, match="YaRN"):
+    with pytest.raises(ValueError, match="'linear' rotary scaling; the course's latent attention takes the default"):
         LatentAttention.from_transformers(modeling_deepseek_v3.DeepseekV3Attention(config, layer_idx=0))
     with pytest.raises(TypeError, match="DeepseekV3Attention"):
         LatentAttention.from_transformers(torch.nn.Linear(2, 2))
@@ -114,6 +164,11 @@ def test_yarn_and_wrong_modules_are_refused():
         (dict(eps=0.0), ValueError, "eps must be a positive finite number"),
         (dict(scaling=float("nan")), ValueError, "scaling must be a positive finite number"),
         (dict(bias=1), TypeError, "bias must be True or False"),
+        (dict(rope_scaling={"rope_type": "yarn", "factor": 0.0, "original_max_position_embeddings": 16}), ValueError,
+         "scaling['factor'] must be a finite number > 0, got 0.0"),
+        (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), ValueError,
+         "needs the key(s) ['original_max_position_embeddings']"),
+        (dict(rope_scaling="yarn"), TypeError, "scaling must be None or a dict"),
     ],
 )
 def test_constructor_arguments(arguments, error, words):

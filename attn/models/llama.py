@@ -125,6 +125,12 @@ class LlamaLM(nn.Module):
         """One empty KVCache per block, for one batch of sequences."""
         return [KVCache() for _ in self.blocks]
 
+    def set_rotary_scaling(self, scaling):
+        """Every layer's rotary scaling (lesson 17: reading past ``context_length`` as AustenLM does); returns self."""
+        for block in self.blocks:
+            block.attention.set_rotary_scaling(scaling)
+        return self
+
     def _weights_tensor(self, tokens, cached, need_weights):
         """The (L, B, H, T, T_k) tensor that need_weights fills layer by layer, after its size is checked; None without."""
         if not isinstance(need_weights, bool):

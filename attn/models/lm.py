@@ -80,6 +80,7 @@ class AustenLM(nn.Module):
     cached sequence and T_k counts the cached positions too. mask: a boolean keep-mask (True = may
     attend) broadcastable to (B, H, T, T_k), applied in every layer on top of the causal mask (lesson
     13 uses it to take the first token away). ``context_length``: the length it was trained on.
+    ``set_rotary_scaling(scaling)`` (lesson 17) reads it past that length with a rotary scaling.
     """
 
     def __init__(self, vocab_size, context_length, embed_dim, num_heads, num_layers, mlp_ratio=4, dropout=0.0):
@@ -125,6 +126,15 @@ class AustenLM(nn.Module):
     def new_caches(self):
         """One empty KVCache per block, for one batch of sequences."""
         return [KVCache() for _ in self.blocks]
+
+    def set_rotary_scaling(self, scaling):
+        """Every layer's rotary scaling (lesson 17: reading past ``context_length`` with no retraining); returns self.
+
+        scaling: None, or a dict in transformers' rope_parameters form (attn.positions.rotary_frequencies), whose
+        original_max_position_embeddings is normally ``context_length``. No weight changes: None restores the model."""
+        for block in self.blocks:
+            block.attention.set_rotary_scaling(scaling)
+        return self
 
 
 def _initialise(module):

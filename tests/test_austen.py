@@ -13,6 +13,7 @@ import math
 import struct
 import tarfile
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -365,6 +366,28 @@ def test_an_interrupted_training_resumes_where_it_stopped(short_corpus, tmp_path
     resumed = lm_training.train(config, tmp_path / "parts", short_corpus, stream=resumed_stream)
     assert "Resuming from step 10" in resumed_stream.getvalue()
     assert without_provenance(resumed) == without_provenance(whole)
+
+
+def test_a_kill_while_a_checkpoint_is_written_keeps_the_last_one(short_corpus, tmp_path, monkeypatch):
+    """The checkpoint is written beside the old one and renamed into place: a kill mid-write cannot empty it."""
+    config = dict(lm.SIZES["tiny"], context_length=8, eval_windows=2, steps=10)
+    state = lm_training.new_state(config)
+    path = tmp_path / lm.CHECKPOINT_NAME
+    lm_training.save_checkpoint(path, state, config)
+    before = path.read_bytes()
+    real_save = torch.save
+
+    def killed_mid_write(saved, file):
+        real_save(saved, file)
+        Path(file).write_bytes(Path(file).read_bytes()[:100])  # half the bytes on disk, then the kill
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", killed_mid_write)
+    state["step"] = 5
+    with pytest.raises(KeyboardInterrupt):
+        lm_training.save_checkpoint(path, state, config)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [lm.CHECKPOINT_NAME]
+    assert lm_training.resume_state(path, config)["step"] == 0
 
 
 def test_a_checkpoint_of_other_settings_is_refused(short_corpus, tmp_path):

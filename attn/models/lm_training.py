@@ -16,7 +16,7 @@ import torch
 from torch.nn import functional
 
 from attn.common.arguments import number_argument, steps_argument, threads_argument, whole_number_argument
-from attn.common.destinations import file_problem, folder_argument, output_folder, write_text
+from attn.common.destinations import file_problem, folder_argument, output_folder, write_text, write_through_temporary
 from attn.common.progress import Progress
 from attn.common.sizes import check_allocation
 from attn.common.validate import (
@@ -161,12 +161,13 @@ def save_checkpoint(path, state, config):
     problem = file_problem(path) if isinstance(path, str | Path) else f"path must be a file's path, got {type_name(path)}"
     if problem is not None:
         raise ValueError(problem)
-    torch.save({
+    saved = {
         "config": config, "model": state["model"].state_dict(), "optimizer": state["optimizer"].state_dict(),
         "generator": state["generator"].get_state(), "rng": torch.get_rng_state(), "step": state["step"],
         "curve": state["curve"], "seconds": state["seconds"],
         "command": _command(), "threads": torch.get_num_threads(),
-    }, path)
+    }
+    write_through_temporary(path, lambda temporary: torch.save(saved, temporary))  # a kill mid-write keeps the last one
 
 
 def resume_state(path, config):

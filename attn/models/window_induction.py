@@ -6,9 +6,9 @@ The task is lesson 11's: a random block of d tokens, then the same block again, 
 sequence of LENGTH random tokens. Inside the second copy every next token can be read off the
 first copy: the query at position p finds where its own token stood d positions back and copies
 the token after it, which sits d - 1 positions back. That takes two steps, a previous-token head
-and then an induction head, and the second must reach d - 1 positions. A local layer reaches
-WINDOW - 1 positions; unlike recall (attn.models.window_runs), stacking local layers does not
-obviously add reach, since the match is made between the query and one key.
+and then an induction head, and the copied token must reach the query across d - 1 positions. A
+local layer reaches WINDOW - 1 positions; whether a stack of local layers adds up its reach for a
+two-step circuit, as it does for recall (attn.models.window_runs), is what the runs measure.
 
 The stacks are window_runs' (the course's Decoder, two heads, learned positions, W = 8) but one
 local layer alone, which cannot form an induction head (lesson 11). Each is trained on d drawn
@@ -35,7 +35,7 @@ from attn.models.window_runs import BATCH_SIZE, EMBED_DIM, LEARNING_RATE, LENGTH
 
 VOCAB_SIZE = 64  # lesson 11's: large enough that a random repeat of the current token is rare
 MIN_DISTANCE, MAX_DISTANCE = 2, LENGTH // 2  # both copies fit in the sequence
-EVAL_EVERY, PATIENCE, MIN_GAIN, MAX_STEPS = 250, 3, 0.01, 4000  # the stopping rule: see the docstring
+EVAL_EVERY, PATIENCE, MIN_GAIN, MAX_STEPS = 250, 3, 0.01, 12_000  # the stopping rule: see the docstring
 VALID_SEQUENCES, VALID_SEED, TEST_PER_DISTANCE, TEST_SEED = 512, 2000, 100, 12345
 RESULTS_NAME = "window_induction.json"
 INDUCTION_STACKS = tuple(name for name in STACKS if name != "1 local")  # one layer cannot copy (lesson 11)

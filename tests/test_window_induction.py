@@ -86,3 +86,21 @@ def test_the_command_writes_its_record_and_refuses_bad_arguments(tmp_path, capsy
         with pytest.raises(SystemExit):
             window_induction.main(arguments)
         assert words in capsys.readouterr().err, arguments
+
+
+def test_the_shipped_runs_hold_what_lesson_14_says():
+    """Two local layers copy within 2 (W - 1) and not beyond; three copy everywhere, less well than a global layer."""
+    record = shipped()
+    reach = 2 * (record["task"]["window"] - 1)
+    distances = record["distances"]
+    by_stack = {}
+    for run in record["runs"]:
+        assert run["stopped"], (run["stack"], run["seed"])  # every run ended by the rule, none at the cap
+        by_stack.setdefault(run["stack"], []).append(run["accuracy"])
+    for accuracy in by_stack["2 local"]:
+        assert max(a for d, a in zip(distances, accuracy, strict=True) if d > reach) < 0.15
+        assert max(a for d, a in zip(distances, accuracy, strict=True) if d <= reach) > 0.9
+    for stack in ("local + global", "2 global"):
+        assert min(min(accuracy) for accuracy in by_stack[stack]) > 0.9, stack
+    three, mixed = (sum(map(sum, by_stack[name])) for name in ("3 local", "local + global"))
+    assert 0.5 * mixed < three < mixed

@@ -29,7 +29,7 @@ from torch.nn import functional
 
 from attn.common.arguments import whole_number_argument
 from attn.common.destinations import folder_argument, write_text
-from attn.common.validate import require_choice, require_tensor, require_token_ids, type_name, whole_number
+from attn.common.validate import require_choice, require_module, require_tensor, require_token_ids, type_name, whole_number
 from attn.models.decoder import Decoder
 from attn.models.window_runs import BATCH_SIZE, EMBED_DIM, LEARNING_RATE, LENGTH, NUM_HEADS, SEEDS, STACKS, WINDOW
 
@@ -71,7 +71,7 @@ def repeat_batch(distances, generator):
 
 def copy_loss(model, tokens, copyable):
     """Mean cross-entropy of the copyable predictions; also their right/wrong (K,) bool."""
-    _check_model(model)
+    require_module("model", model)
     require_token_ids("tokens", tokens, 2)
     if not (isinstance(copyable, torch.Tensor) and copyable.dtype == torch.bool and copyable.shape == tokens.shape):
         raise TypeError(f"copyable must be a bool tensor shaped like tokens {tuple(tokens.shape)} (from repeat_batch), "

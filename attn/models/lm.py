@@ -60,7 +60,7 @@ MAX_LENGTH = 1 << 16  # rotary positions have no table: a limit only against abs
 SIZES = {
     "full": {
         "vocab_size": 4096, "embed_dim": 192, "num_heads": 6, "num_layers": 4, "context_length": 256,
-        "batch_size": 16, "steps": 600, "learning_rate": 2.5e-3, "warmup_steps": 30, "weight_decay": 0.1,
+        "batch_size": 16, "steps": 1500, "learning_rate": 2.5e-3, "warmup_steps": 30, "weight_decay": 0.1,
         "dropout": 0.0, "eval_every": 50, "eval_windows": 32, "seed": 0,
     },
     "tiny": {

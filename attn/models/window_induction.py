@@ -31,7 +31,17 @@ from attn.common.arguments import whole_number_argument
 from attn.common.destinations import folder_argument, write_text
 from attn.common.validate import require_choice, require_module, require_tensor, require_token_ids, type_name, whole_number
 from attn.models.decoder import Decoder
-from attn.models.window_runs import BATCH_SIZE, EMBED_DIM, LEARNING_RATE, LENGTH, NUM_HEADS, SEEDS, STACKS, WINDOW
+from attn.models.window_runs import (
+    BATCH_SIZE,
+    EMBED_DIM,
+    LEARNING_RATE,
+    LENGTH,
+    NUM_HEADS,
+    SEEDS,
+    STACKS,
+    WINDOW,
+    _stack,  # the same --stacks check as lesson 14's recall runs
+)
 
 VOCAB_SIZE = 64  # lesson 11's: large enough that a random repeat of the current token is rare
 MIN_DISTANCE, MAX_DISTANCE = 2, LENGTH // 2  # both copies fit in the sequence
@@ -180,12 +190,6 @@ def run_all(out, stacks=INDUCTION_STACKS, seeds=SEEDS, max_steps=MAX_STEPS, per_
     Path(out).mkdir(parents=True, exist_ok=True)
     write_text(Path(out) / RESULTS_NAME, json.dumps(record, separators=(",", ":")) + "\n")
     return record
-
-
-def _stack(text):
-    if text not in STACKS:
-        raise argparse.ArgumentTypeError(f"unknown stack {text!r}; choose from {', '.join(map(repr, STACKS))}")
-    return text
 
 
 SEED_ARGUMENT = whole_number_argument("--seeds", 0, 2**31 - 1, "what the course's seeds take")

@@ -109,6 +109,8 @@ def scheme_settings(scheme, context_length, length, head_dim, base):
 
 def log_n_factors(positions, context_length):
     """Log-n scaling's factor for the queries at ``positions`` (T,): log(p + 1) / log L where p + 1 > L, else 1; (T,)."""
+    require_token_ids("positions", positions, 1)  # whole numbers from 0, on a device that holds numbers
+    context_length = whole_number("context_length", context_length, minimum=2, maximum=2**31)  # log 1 = 0 cannot divide
     lengths = positions.double() + 1  # (T,): the keys each query sees
     factors = torch.where(lengths > context_length, lengths.log() / math.log(context_length), torch.ones_like(lengths))
     return factors.float()
@@ -179,6 +181,8 @@ def bin_means(values, size, skip_first=False):
     decimals; ``skip_first`` leaves position 0 out of the first bin (the first query sees only the first token)."""
     if not isinstance(values, torch.Tensor) or not values.is_floating_point() or values.dim() == 0 or values.shape[-1] < 2:
         raise TypeError(f"values must be a floating-point tensor (..., n) with n >= 2, got {type_name(values)}")
+    if values.device.type == "meta":
+        raise ValueError("values are on the meta device, which holds no numbers to average")
     size = whole_number("size", size, minimum=1, maximum=2**31)
     means = []
     for start in range(0, values.shape[-1], size):
@@ -307,8 +311,8 @@ def run(out, size="full", models=None, corpus=None, fine_tune_steps=None, progre
     require_callable("progress", progress)
     if fine_tune_steps is not None:
         settings["fine_tune_steps"] = positive_int("fine_tune_steps", fine_tune_steps)
+    training_texts, held_out_text = split_novels(austen(corpus))  # the corpus first: a missing one costs nothing
     model, tokenizer = load(models)
-    training_texts, held_out_text = split_novels(austen(corpus))
     record = {"size": size, "held_out_novel": TITLES[HELD_OUT]}
     record.update(measure(model, token_tensor(tokenizer, [held_out_text]), token_tensor(tokenizer, training_texts),
                           settings, progress))
@@ -337,7 +341,7 @@ STEPS_ARGUMENT = whole_number_argument("--fine-tune-steps", 1, 100_000, "each st
 
 
 def main(argv=None):
-    from attn.models.lm_checks import _corpus_folder_argument
+    from attn.models.lm_checks import _corpus_folder_argument, _corpus_or_error
 
     parser = argparse.ArgumentParser(prog=COMMAND, description="Read lesson 13's model past its trained length under "
                                      "each rotary scaling, then after a short fine-tune at the longer length.")
@@ -348,6 +352,7 @@ def main(argv=None):
     parser.add_argument("--fine-tune-steps", default=None, type=STEPS_ARGUMENT,
                         help=f"steps of each fine-tune (default {SIZES['full']['fine_tune_steps']} for full)")
     args = parser.parse_args(argv)
+    _corpus_or_error(parser, args.corpus)  # before the model is loaded
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     try:
         record = run(args.out, args.size, args.model, args.corpus, args.fine_tune_steps,

@@ -68,12 +68,28 @@ def scheme_scaling(scheme, context_length):
 def read_on(model, stream, caches, start, end, chunk):
     """Losses (end - start,) of the predictions start .. end - 1 along ``stream`` (n,), read ``chunk`` tokens at a time
     through ``caches`` (which must hold the first ``start`` positions)."""
+    _check_read_on(model, stream, caches, start, end, chunk)
     losses = []
     for first in range(start, end, chunk):
         last = min(first + chunk, end)
         logits = model(stream[None, first:last], caches=caches)[0]  # (t, V)
         losses.append(functional.cross_entropy(logits.float(), stream[first + 1:last + 1], reduction="none"))
     return torch.cat(losses)
+
+
+def _check_read_on(model, stream, caches, start, end, chunk):
+    """read_on's arguments: a course decoder, token ids, its caches holding ``start`` positions, 0 <= start < end < n."""
+    from attn.kvcache import KVCache
+
+    check_course_decoder(model)
+    require_token_ids("stream", stream, 1)
+    if not isinstance(caches, list) or len(caches) != len(model.blocks) or not all(isinstance(c, KVCache) for c in caches):
+        raise TypeError(f"caches must be the model's caches (model.new_caches()), got {type_name(caches)}")
+    start = whole_number("start", start, minimum=0, maximum=2**20)
+    whole_number("end", end, minimum=start + 1, maximum=len(stream) - 1)
+    whole_number("chunk", chunk, minimum=1, maximum=2**16)
+    if len(caches[0]) != start:
+        raise ValueError(f"the caches hold {len(caches[0])} positions, not the {start} read before start={start}")
 
 
 def _check_reading(model, stream, schemes, chunk):
@@ -144,7 +160,7 @@ def _settings(size):
     return dict(SIZES[size])
 
 
-def tiny_model_and_streams(settings):
+def _tiny_model_and_streams(settings):
     """The tiny size's stand-ins: a small random LlamaLM (seeded) and random token stretches (S, n + 1)."""
     from attn.models.llama import LlamaLM
 
@@ -162,7 +178,7 @@ def run(out, size="full", progress=print):
         raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
     require_callable("progress", progress)
     if size == "tiny":
-        model, streams = tiny_model_and_streams(settings)
+        model, streams = _tiny_model_and_streams(settings)
         text = "random token ids (the tiny size checks the machinery only)"
     else:
         from attn.models.corpus import TITLES, austen

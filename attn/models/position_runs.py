@@ -1,6 +1,6 @@
 """NoPE, rotary and partial rotary read past their trained length (lesson 17): lesson 11's copying task, over seeds.
 
-    python -m attn.models.position_runs --out lessons/models      # about 15 minutes, one thread
+    python -m attn.models.position_runs --out lessons/models      # 30-60 minutes, one thread: see below
     python -m attn.models.position_runs --out DIR --max-steps 20 --seeds 0 --per-distance 4   # seconds
 
 The task is lesson 11's (``attn.models.window_induction.repeat_batch``): random tokens, and at the end a random
@@ -16,10 +16,17 @@ MultiHeadAttention, two heads of 16 features) with each layer's positions set by
 
 Each arm is trained with every seed on sequences of TRAIN_LENGTH = 40 tokens (d from 2 to 20) until its loss stops
 falling: every EVAL_EVERY steps the loss on VALID_SEQUENCES held-out sequences is measured, and training stops once
-it has not fallen by MIN_GAIN nats below its best for PATIENCE measurements in a row (or at MAX_STEPS, which the
-record then says). Then it is scored at 40, 80 and 160 tokens: the share of copyable predictions right at each d
-(at 80 and 160, d up to half the length: positions, and past 20 distances, that training never showed). Seeds pair
-the arms (seed s draws every arm's data alike), so the lesson can print paired intervals (attn.common.stats).
+it has not fallen by MIN_GAIN nats below its best for PATIENCE measurements in a row, but never before MIN_STEPS (an
+induction head forms suddenly after a plateau, and a probe of the rotary arm stopped on that plateau at 3,000 steps
+under lesson 14's rule), or at MAX_STEPS, which the record then says. Then it is scored at 40, 80 and 160 tokens:
+the share of copyable predictions right at each d (at 80 and 160, d up to half the length: positions, and past 20
+distances, that training never showed). Seeds pair the arms (seed s draws every arm's data alike), so the lesson can
+print paired intervals (attn.common.stats).
+
+Cost: a step takes 0.04-0.08 s of one thread (0.06-0.08 s measured on the course's busy 2-core machine), a run
+2,000-6,000 steps, 15 runs (3 arms x 5 seeds): about half an hour to an hour; ``--seeds 0 1 2`` takes three fifths.
+A probe with one seed (E = 32, 4,000 steps under lesson 14's stopping rule) did not yet copy: NoPE reached a
+validation loss of 3.06 nats (28% right at 40 tokens, still falling), rotary stopped on its plateau at 3.76 (7%).
 """
 
 import argparse
@@ -46,7 +53,7 @@ ARMS = {  # MultiHeadAttention's position options, by arm
 TRAIN_LENGTH, EVAL_LENGTHS = 40, (40, 80, 160)
 EMBED_DIM, NUM_HEADS, NUM_LAYERS = 32, 2, 2
 BATCH_SIZE, LEARNING_RATE = 64, 3e-3
-EVAL_EVERY, PATIENCE, MIN_GAIN, MAX_STEPS = 250, 3, 0.01, 4000  # the stopping rule: see the docstring
+EVAL_EVERY, PATIENCE, MIN_GAIN, MIN_STEPS, MAX_STEPS = 250, 4, 0.01, 2000, 6000  # the stopping rule: see the docstring
 VALID_SEQUENCES, VALID_SEED, TEST_PER_DISTANCE, TEST_SEED = 512, 2000, 100, 12345
 SEEDS = (0, 1, 2, 3, 4)
 
@@ -102,7 +109,7 @@ def train(model, seed, max_steps=MAX_STEPS):
     generator = torch.Generator().manual_seed(1000 + seed)
     valid = _sequences(VALID_SEQUENCES, VALID_SEED + seed)
     step, best, flat, curve = 0, float("inf"), 0, []
-    while step < max_steps and flat < PATIENCE:
+    while step < max_steps and (flat < PATIENCE or step < MIN_STEPS):
         model.train()
         for _ in range(min(EVAL_EVERY, max_steps - step)):
             distances = torch.randint(MIN_DISTANCE, TRAIN_LENGTH // 2 + 1, (BATCH_SIZE,), generator=generator)
@@ -152,7 +159,8 @@ def run_all(out, arms=tuple(ARMS), seeds=SEEDS, max_steps=MAX_STEPS, per_distanc
                  "embed_dim": EMBED_DIM, "num_heads": NUM_HEADS, "num_layers": NUM_LAYERS, "batch_size": BATCH_SIZE,
                  "learning_rate": LEARNING_RATE, "test_per_distance": per_distance, "test_seed": TEST_SEED},
         "arms": {arm: {key: value for key, value in ARMS[arm].items()} for arm in arms},
-        "stopping": {"eval_every": EVAL_EVERY, "patience": PATIENCE, "min_gain": MIN_GAIN, "max_steps": max_steps,
+        "stopping": {"eval_every": EVAL_EVERY, "patience": PATIENCE, "min_gain": MIN_GAIN, "min_steps": MIN_STEPS,
+                     "max_steps": max_steps,
                      "valid_sequences": VALID_SEQUENCES},
         "seeds": list(seeds), "trained_distances": [MIN_DISTANCE, TRAIN_LENGTH // 2],
         "distances": {str(length): list(range(MIN_DISTANCE, length // 2 + 1)) for length in EVAL_LENGTHS},

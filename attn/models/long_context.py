@@ -20,7 +20,8 @@ scheme, the loss of every stretch by bin of BIN positions (the stretches are the
 differences pair up) and the mean weight on the first token by layer and bin (lesson 14's sink measure).
 
 Then a copy of the model is fine-tuned under each scheme (but window) for ``fine_tune_steps`` AdamW steps on
-stretches of the training novels of the fine-tune length (1,024), seeded, and re-read at 1,024 and 2,048 tokens.
+stretches of the training novels of the fine-tune length (1,024, so s = 4; dynamic NTK, trained in whole passes,
+trains as NTK at s = 4), seeded, and re-read at 1,024 and 2,048 tokens, each scheme set for the length read.
 The fine-tune is short by design, a fixed budget, not trained until its loss stops falling: its training losses
 are recorded so the lesson can say whether they were still falling, and the first bin (positions 0-255, where no
 scheme changes anything but YaRN's temperature) shows what the extra training alone did.

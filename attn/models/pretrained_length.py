@@ -1,6 +1,6 @@
 """SmolLM2-135M read past its 8,192 trained positions (lesson 17), with and without a rotary scaling.
 
-    python -m attn.models.pretrained_length --out lessons/models        # about 12 minutes, one thread
+    python -m attn.models.pretrained_length --out lessons/models        # about 14 minutes, one thread
     python -m attn.models.pretrained_length --out DIR --size tiny       # seconds: a small random LlamaLM
 
 reads the converted model (``attn.pretrained.load()``, made by ``python -m attn.pretrained``) and the held-out
@@ -19,8 +19,9 @@ each the way generation does, CHUNK tokens at a time through the KV caches (the 
 take gigabytes). Up to L dynamic NTK changes nothing, so none and dynamic share one pass over the first L tokens and
 continue from copies of its caches; past L, dynamic rotates each chunk with the frequencies of the length read so
 far while the keys cached before keep theirs, as transformers' dynamic scaling does when it generates. That mismatch
-is what a probe showed to cost most: over 512 tokens past L, 4.55 nats a token against 3.36 without scaling (one
-stretch, 97 s). Three stretches give a spread, not a precise one. Cost: about 12 minutes on one thread.
+is what a probe showed to cost most: over 512 tokens past L, 4.55 nats a token against 3.36 without scaling and
+3.40 with YaRN (one stretch of 8,704 tokens: 97 s for none and dynamic, 213 s for none and YaRN). Three stretches
+give a spread, not a precise one. Cost: about 280 s a stretch, 14 minutes in all on one thread.
 """
 
 import argparse
@@ -205,7 +206,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog=COMMAND, description="Read SmolLM2-135M past its 8,192 trained positions, "
                                      "with and without dynamic NTK and YaRN scaling.")
     parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
-    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full (about 12 minutes) or tiny (seconds)")
+    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full (about 14 minutes) or tiny (seconds)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     try:

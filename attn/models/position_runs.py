@@ -25,8 +25,11 @@ print paired intervals (attn.common.stats).
 
 Cost: a step takes 0.04-0.08 s of one thread (0.06-0.08 s measured on the course's busy 2-core machine), a run
 2,000-6,000 steps, 15 runs (3 arms x 5 seeds): about half an hour to an hour; ``--seeds 0 1 2`` takes three fifths.
-A probe with one seed (E = 32, 4,000 steps under lesson 14's stopping rule) did not yet copy: NoPE reached a
-validation loss of 3.06 nats (28% right at 40 tokens, still falling), rotary stopped on its plateau at 3.76 (7%).
+Not yet settled: probes with seed 0 did not form an induction head. Under lesson 14's rule (4,000 steps at most)
+NoPE reached a validation loss of 3.06 nats (28% right at 40 tokens, still falling) and rotary stopped on its plateau
+at 3.76 (7%); under this module's rule rotary stopped at 5,000 steps at 3.71 (8%), and with E = 64 it was at 3.46
+(17%) after 3,250. The task or the training needs tuning (lesson 11's attention-only model forms its induction
+head in about 900 steps) before the full run is worth its hour.
 """
 
 import argparse

@@ -81,6 +81,11 @@ EXEMPT = {
     "attn.models.lm_training.train": "trains the Austen model for hours (python -m attn.lm train, swept)",
     "attn.models.pretrained_reading.run": "reads SmolLM2 and the Austen model for minutes (python -m "
     "attn.models.pretrained_reading, swept); it checks size, out and progress before loading anything",
+    "attn.models.long_context.run": "reads and fine-tunes the Austen model for minutes (python -m "
+    "attn.models.long_context, swept); it checks size, out and progress before loading anything",
+    "attn.models.pretrained_length.run": "reads SmolLM2 past 8,192 positions for minutes (python -m "
+    "attn.models.pretrained_length, swept); it checks size, out and progress before loading anything",
+    "attn.models.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m attn.models.position_runs, swept)",
     # Records: named tuples the GGUF reader fills with values it has checked. read_header and tensor_bytes take
     # the learner's input (swept, and fuzzed in test_gguf.py); tensor_bytes refuses a record not the file's own.
     "attn.gguf.Header": "a record (NamedTuple) of a checked GGUF file's header, built by read_header (swept, fuzzed)",

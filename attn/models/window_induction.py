@@ -51,31 +51,32 @@ RESULTS_NAME = "window_induction.json"
 INDUCTION_STACKS = tuple(name for name in STACKS if name != "1 local")  # one layer cannot copy (lesson 11)
 
 
-def check_distances(distances):
-    """``distances`` must be a 1-D integer tensor of values from MIN_DISTANCE to MAX_DISTANCE."""
+def check_distances(distances, length=LENGTH):
+    """``distances`` must be a 1-D integer tensor of values from MIN_DISTANCE to length // 2 (MAX_DISTANCE for LENGTH)."""
     require_tensor("distances", distances)
     if distances.dim() != 1 or distances.is_floating_point() or distances.is_complex() or distances.dtype == torch.bool:
         raise TypeError(f"distances must be a 1-D integer tensor, got {distances.dim()}-D {distances.dtype}")
-    if distances.numel() and not (int(distances.min()) >= MIN_DISTANCE and int(distances.max()) <= MAX_DISTANCE):
-        raise ValueError(f"distances must lie from {MIN_DISTANCE} to {MAX_DISTANCE} (two copies in {LENGTH} tokens), "
+    longest = whole_number("length", length, minimum=2 * MIN_DISTANCE, maximum=2**16) // 2
+    if distances.numel() and not (int(distances.min()) >= MIN_DISTANCE and int(distances.max()) <= longest):
+        raise ValueError(f"distances must lie from {MIN_DISTANCE} to {longest} (two copies in {length} tokens), "
                          f"got values from {int(distances.min())} to {int(distances.max())}")
 
 
-def repeat_batch(distances, generator):
-    """tokens (N, LENGTH) and copyable (N, LENGTH) bool: the last 2d tokens are a block of d twice over.
+def repeat_batch(distances, generator, length=LENGTH):
+    """tokens (N, length) and copyable (N, length) bool: the last 2d tokens are a block of d twice over.
 
     copyable[n, p] marks the positions whose next token is the token d - 1 positions back:
-    LENGTH - d <= p < LENGTH - 1.
+    length - d <= p < length - 1. Lesson 17 reads sequences longer than lesson 14's LENGTH.
     """
-    check_distances(distances)
+    check_distances(distances, length)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type_name(generator)}")
-    tokens = torch.randint(VOCAB_SIZE, (len(distances), LENGTH), generator=generator)  # (N, LENGTH)
-    positions = torch.arange(LENGTH)  # (LENGTH,)
-    second = positions >= LENGTH - distances[:, None]  # (N, LENGTH): the second copy
-    source = (positions - distances[:, None]).clamp(min=0)  # (N, LENGTH): d positions back
+    tokens = torch.randint(VOCAB_SIZE, (len(distances), length), generator=generator)  # (N, length)
+    positions = torch.arange(length)  # (length,)
+    second = positions >= length - distances[:, None]  # (N, length): the second copy
+    source = (positions - distances[:, None]).clamp(min=0)  # (N, length): d positions back
     tokens = torch.where(second, tokens.gather(1, source), tokens)
-    copyable = second & (positions < LENGTH - 1)
+    copyable = second & (positions < length - 1)
     return tokens, copyable
 
 

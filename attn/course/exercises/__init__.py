@@ -26,6 +26,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson14,
     lesson15,
     lesson16,
+    lesson17,
     primer,
 )
 from attn.course.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

@@ -170,8 +170,9 @@ def bigram_loss(train_tokens, targets_tokens, vocab_size, prior=BIGRAM_PRIOR):
     unigram = counts / counts.sum()  # (V,)
     pairs = train_tokens[:-1] * vocab_size + train_tokens[1:]
     pair_counts = torch.bincount(pairs, minlength=vocab_size * vocab_size).double().view(vocab_size, vocab_size)
+    row_totals = pair_counts.sum(dim=1)  # (V,): count(a), summed once
     previous, following = targets_tokens[:-1], targets_tokens[1:]
-    bigram = (pair_counts[previous, following] + prior * unigram[following]) / (pair_counts[previous].sum(dim=1) + prior)
+    bigram = (pair_counts[previous, following] + prior * unigram[following]) / (row_totals[previous] + prior)
     return -bigram.log().mean().item()
 
 

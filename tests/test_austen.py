@@ -586,3 +586,16 @@ def test_the_measures_refuse_text_that_is_not_tokens_or_too_short():
         lm_heads.measure(model, torch.zeros(10, dtype=torch.long), windows=2, passages=2, passage_length=4)
     record = lm_heads.measure(model, torch.randint(0, 50, (64,)), windows=2, passages=2, passage_length=4)
     assert len(record["ablated_loss"]) == 2 and len(record["induction_score"][0]) == 2
+
+
+def test_the_recipe_search_holds_what_lesson_13_says():
+    """The runs beside the shipped one: the long run turned upwards, dropout trailed, the shipped run ended lowest."""
+    search = json.loads((MODELS / "austen_recipe_search.json").read_text())
+    shipped = json.loads((MODELS / lm.LOG_NAME).read_text())
+    short, long, dropout = (run["curve"] for run in search["runs"])
+    lowest = min(range(len(long["step"])), key=long["held_out_loss"].__getitem__)
+    assert long["step"][lowest] < long["step"][-1] and long["held_out_loss"][-1] > long["held_out_loss"][lowest] + 0.03
+    plain = dict(zip(long["step"], long["held_out_loss"], strict=True))
+    assert all(loss > plain[step] for step, loss in zip(dropout["step"], dropout["held_out_loss"], strict=True))
+    ends = [curve["held_out_loss"][-1] for curve in (short, long, dropout)]
+    assert shipped["curve"]["held_out_loss"][-1] < min(ends) and shipped["config"]["steps"] == 1500

@@ -35,10 +35,17 @@ def test_equals_torch_encoder_layer_with_a_padding_mask(dtype, tolerance, activa
     torch.testing.assert_close(output, expected, atol=tolerance, rtol=tolerance)
     # Under no_grad in eval mode PyTorch may take its fused "fast path", which need not compute padded
     # positions the same way (inside nn.TransformerEncoder it returns zeros there): compare real positions only.
+    # On CUDA that path fuses GELU into the first matrix product (cuBLASLt's epilogue), which computes the tanh
+    # approximation, not the exact GELU its ordinary path uses: seen on an H100 as differences near 1e-4. Its
+    # constants are not float64's either (1.5e-10 from PyTorch's own tanh GELU in float64), so float64 gets 1e-9.
+    fast_tolerance = tolerance
+    if device == "cuda" and isinstance(ours.mlp[1], nn.GELU):
+        ours.mlp[1] = nn.GELU(approximate="tanh")
+        fast_tolerance = max(tolerance, 1e-9)
     with torch.no_grad():
         fast = reference(x, src_key_padding_mask=~padding)
         output = ours(x, key_padding_mask=padding)
-    torch.testing.assert_close(output[padding], fast[padding], atol=tolerance, rtol=tolerance)
+    torch.testing.assert_close(output[padding], fast[padding], atol=fast_tolerance, rtol=fast_tolerance)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -71,6 +71,16 @@ def test_every_figure_has_alt_text(notebook):
     assert figures >= 1, "every lesson has at least one figure"
 
 
+def test_no_control_characters_in_prose(notebook):
+    # A tab or other control character in a markdown cell is nearly always a LaTeX command whose backslash
+    # a Python string ate ("\\times" written as "\times" becomes a tab and "imes"), which breaks the rendered maths.
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            bad = sorted({repr(char) for char in text if ord(char) < 32 and char != "\n"})
+            assert not bad, f"control characters {', '.join(bad)} in the markdown cell {cell.get('id')}: {text[:60]!r}"
+
+
 def test_lesson_structure(notebook):
     markdown = "\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
     code = "\n".join("".join(cell["source"]) for cell in code_cells(notebook))

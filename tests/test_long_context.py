@@ -217,3 +217,45 @@ def test_the_shipped_record_covers_every_length_scheme_and_fine_tune():
         for result in record["reading"][str(length)].values():
             assert len(result["mean_beyond_context_by_stream"]) == record["settings"]["streams"]
     assert list(record["fine_tuned"]) == list(long_context.FINE_TUNED)
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="the measurement has not been shipped in this tree")
+def test_the_shipped_record_holds_what_lesson_17_says():
+    """Each claim of lesson 17's prose about this record, as the paired interval over the stretches that backs it."""
+    from attn.common.stats import paired_interval
+
+    record = json.loads(RESULTS.read_text())
+    reading, tuned = record["reading"], record["fine_tuned"]
+
+    def past(where, length, scheme):
+        return where[str(length)][scheme]["mean_beyond_context_by_stream"]
+
+    def interval(first, second):
+        _, low, high = paired_interval(first, second)
+        return low, high
+
+    for length in (512, 1024, 2048):  # the window is ahead of every scheme but YaRN at 512, where neither is
+        for scheme in record["schemes"]:
+            if scheme != "window" and not (length == 512 and scheme.startswith("yarn")):
+                assert interval(past(reading, length, scheme), past(reading, length, "window"))[0] > 0, (length, scheme)
+        low, high = interval(past(reading, length, "yarn"), past(reading, length, "yarn-no-temperature"))
+        assert low < 0 < high, f"YaRN's temperature made a difference at {length}"
+    for scheme in ("yarn", "yarn-no-temperature"):
+        low, high = interval(past(reading, 512, scheme), past(reading, 512, "window"))
+        assert low < 0 < high
+    for scheme in ("ntk", "dynamic", "yarn"):  # each repairs part of it at 2,048; dynamic less than static NTK
+        assert interval(past(reading, 2048, scheme), past(reading, 2048, "none"))[1] < 0
+    assert interval(past(reading, 2048, "dynamic"), past(reading, 2048, "ntk"))[0] > 0
+    assert interval(past(reading, 512, "pi"), past(reading, 512, "none"))[1] < 0  # PI helps at 512 ...
+    assert interval(past(reading, 2048, "pi"), past(reading, 2048, "none"))[0] > 0  # ... and hurts at 2,048
+    assert interval(past(reading, 2048, "log-n"), past(reading, 2048, "none"))[0] > 0
+    def tuned_past(scheme):  # the copy fine-tuned under this scheme, read at 2,048
+        return tuned[scheme]["reading"]["2048"]["mean_beyond_context_by_stream"]
+
+    for scheme in ("yarn", "yarn-no-temperature"):
+        assert interval(tuned_past(scheme), tuned_past("none"))[1] < 0, scheme
+    for scheme in ("pi", "ntk", "dynamic", "log-n"):
+        assert interval(tuned_past(scheme), tuned_past("none"))[0] > 0, scheme
+    low, high = interval(tuned_past("yarn-no-temperature"), past(reading, 2048, "window"))
+    assert low < 0 < high, "the best fine-tuned copy and the untouched window are distinguished"
+    assert sum(tuned_past("none")) < sum(past(reading, 2048, "none"))

@@ -95,3 +95,32 @@ def test_the_shipped_record_covers_every_arm_and_seed_and_says_how_each_run_ende
         assert run["stopped"] or run["steps"] == record["stopping"]["max_steps"]
         assert {length: len(values) for length, values in run["accuracy"].items()} == {
             length: len(distances) for length, distances in record["distances"].items()}
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="the runs have not been shipped in this tree")
+def test_the_shipped_record_holds_what_lesson_17_says():
+    """Lesson 17's three outcomes, each as the paired interval over seeds that backs it."""
+    from attn.common.stats import paired_interval
+
+    record = json.loads(RESULTS.read_text())
+    longest = record["trained_distances"][1]
+
+    def shares(arm, length, beyond):
+        """Each seed's mean share right at ``length``, over the distances up to the trained longest, or past it."""
+        by_seed = []
+        for run in sorted((run for run in record["runs"] if run["arm"] == arm), key=lambda run: run["seed"]):
+            pairs = zip(record["distances"][length], run["accuracy"][length], strict=True)
+            values = [share for distance, share in pairs if (distance > longest) == beyond]
+            by_seed.append(sum(values) / len(values))
+        return by_seed
+
+    def low(first, second, length, beyond):
+        return paired_interval(shares(first, length, beyond), shares(second, length, beyond))[1]
+
+    assert max(shares("nope", "40", False)) < 0.3  # NoPE did not learn the task
+    assert min(shares("rotary", "40", False)) > 0.9 and min(shares("partial", "40", False)) > 0.9
+    assert low("rotary", "nope", "40", False) > 0.5
+    assert max(shares("rotary", "160", False)) < 0.3  # full rotary lost it at 160, at trained distances too
+    for length, beyond in (("80", True), ("160", False), ("160", True)):  # partial kept it
+        assert low("partial", "rotary", length, beyond) > 0.5, (length, beyond)
+    assert min(shares("partial", "160", False)) > 0.9 and min(shares("partial", "160", True)) > 0.7

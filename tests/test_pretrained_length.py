@@ -97,3 +97,22 @@ def test_the_shipped_record():
     assert record["size"] == "full" and record["context_length"] == 8192 and record["stream_length"] > 8192
     for result in record["results"].values():
         assert len(result["mean_beyond_context_by_stream"]) == record["streams"]
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="the measurement has not been shipped in this tree")
+def test_the_shipped_record_holds_what_lesson_17_says():
+    """SmolLM2 read 2,048 past its length with no step; YaRN cost a little inside; dynamic NTK broke it past L."""
+    from attn.common.stats import paired_interval
+
+    results = json.loads(RESULTS.read_text())["results"]
+
+    def interval(scheme, key):
+        return paired_interval(results[scheme][key], results["none"][key])
+
+    none = results["none"]
+    assert sum(none["mean_beyond_context_by_stream"]) <= sum(none["mean_within_context_by_stream"])
+    assert interval("yarn", "mean_within_context_by_stream")[1] > 0
+    _, low, high = interval("yarn", "mean_beyond_context_by_stream")
+    assert low < 0 < high
+    assert interval("dynamic", "mean_beyond_context_by_stream")[1] > 1.0
+    assert interval("dynamic", "mean_within_context_by_stream") == (0.0, 0.0, 0.0)

@@ -870,7 +870,9 @@ def test_printing_wraps_code_and_leaves_solutions_out_with_a_note(site, browser,
 def test_search_snippets_read_as_text(site, browser):
     base, _ = site
     context, page = open_page(browser, DESKTOP, base + "search.html?q=temperature")
-    page.wait_for_function("document.querySelectorAll('#search-results li p.context').length >= 5", timeout=60_000)
+    # Sphinx adds results one by one as it fetches each page's text: read them once it says it has finished.
+    page.wait_for_function("document.querySelectorAll('#search-results li p.context').length >= 5"
+                           " && document.body.innerText.includes('Search finished')", timeout=60_000)
     snippets = page.locator("#search-results li p.context").all_inner_texts()
     for snippet in snippets:
         assert not re.search(r"\\[()\[\]]|\\[A-Za-z]+|\$", snippet), f"TeX in a search snippet: {snippet}"

@@ -32,9 +32,7 @@ and the re-reading after: about 15 minutes on one thread of the course's 2-core 
 import argparse
 import contextlib
 import copy
-import json
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -43,9 +41,10 @@ import torch
 from torch.nn import functional
 
 from attn.common.arguments import whole_number_argument
-from attn.common.destinations import folder_argument, write_text
+from attn.common.destinations import folder_argument
 from attn.common.validate import positive_int, require_callable, require_choice, require_token_ids, type_name, whole_number
 from attn.models.lm_heads import check_course_decoder
+from attn.models.records import write_record
 from attn.models.window_austen import held_out_streams, set_window
 from attn.positions import ntk_aware_base
 
@@ -317,12 +316,7 @@ def run(out, size="full", models=None, corpus=None, fine_tune_steps=None, progre
     record = {"size": size, "held_out_novel": TITLES[HELD_OUT]}
     record.update(measure(model, token_tensor(tokenizer, [held_out_text]), token_tensor(tokenizer, training_texts),
                           settings, progress))
-    record["provenance"] = {"command": f"{COMMAND} --out DIR" + ("" if size == "full" else f" --size {size}"),
-                            "torch": torch.__version__, "threads": torch.get_num_threads(),
-                            "python": platform.python_version()}
-    Path(out).mkdir(parents=True, exist_ok=True)
-    write_text(Path(out) / RESULTS_NAME, json.dumps(record, indent=1) + "\n")
-    return record
+    return write_record(out, RESULTS_NAME, record, COMMAND, size)
 
 
 def _model_folder(text):

@@ -40,11 +40,17 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attn.common.arguments import whole_number_argument
 from attn.common.destinations import folder_argument, write_text
 from attn.common.validate import require_callable, require_choice, require_token_ids, type_name, whole_number
 from attn.models.lm import ROTARY_BASE, AustenLM
-from attn.models.window_induction import MIN_DISTANCE, VOCAB_SIZE, repeat_batch
+from attn.models.window_induction import (  # the same task, and the same checks of its arguments
+    MAX_STEPS_ARGUMENT,
+    MIN_DISTANCE,
+    PER_DISTANCE_ARGUMENT,
+    SEED_ARGUMENT,
+    VOCAB_SIZE,
+    repeat_batch,
+)
 from attn.multihead import MultiHeadAttention
 
 RESULTS_NAME = "position_runs.json"
@@ -189,11 +195,6 @@ def _arm(text):
     if text not in ARMS:
         raise argparse.ArgumentTypeError(f"unknown arm {text!r}; choose from {', '.join(map(repr, ARMS))}")
     return text
-
-
-SEED_ARGUMENT = whole_number_argument("--seeds", 0, 2**31 - 1, "what the course's seeds take")
-MAX_STEPS_ARGUMENT = whole_number_argument("--max-steps", 1, 10**6, "a run stops earlier when its loss stops falling")
-PER_DISTANCE_ARGUMENT = whole_number_argument("--per-distance", 1, 100_000, "more would not fit in memory")
 
 
 def main(argv=None):

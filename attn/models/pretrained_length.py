@@ -26,8 +26,6 @@ give a spread, not a precise one. Cost: about 280 s a stretch, 14 minutes in all
 
 import argparse
 import copy
-import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -35,10 +33,11 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_argument, write_text
+from attn.common.destinations import folder_argument
 from attn.common.validate import require_callable, require_choice, require_token_ids, type_name, whole_number
 from attn.models.lm_heads import check_course_decoder
 from attn.models.long_context import bin_means
+from attn.models.records import write_record
 from attn.models.window_austen import held_out_streams
 
 RESULTS_NAME = "smollm2_length.json"
@@ -194,12 +193,7 @@ def run(out, size="full", progress=print):
         streams = held_out_streams(tokens, settings["stream_length"] + 1, settings["streams"])
         text = f"{settings['streams']} evenly spread stretches of {TITLES[HELD_OUT]}"
     record = {"size": size, "text": text, **measure(model, streams, settings, progress)}
-    record["provenance"] = {"command": f"{COMMAND} --out DIR" + ("" if size == "full" else f" --size {size}"),
-                            "torch": torch.__version__, "threads": torch.get_num_threads(),
-                            "python": platform.python_version()}
-    Path(out).mkdir(parents=True, exist_ok=True)
-    write_text(Path(out) / RESULTS_NAME, json.dumps(record, indent=1) + "\n")
-    return record
+    return write_record(out, RESULTS_NAME, record, COMMAND, size)
 
 
 def main(argv=None):

@@ -21,9 +21,7 @@ domain and on the web). Each measure is made on several passages, so the lesson 
 """
 
 import argparse
-import json
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -31,13 +29,14 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_argument, write_text
+from attn.common.destinations import folder_argument
 from attn.common.stats import t_quantile
 from attn.common.validate import positive_int, require_callable, require_text, type_name, whole_number
 from attn.models import lm_heads, window_austen
 from attn.models import pretrained_checks as checks
 from attn.models.corpus import TITLES
 from attn.models.lm import HELD_OUT
+from attn.models.records import write_record
 
 RESULTS_NAME = "smollm2_reading.json"
 COMMAND = "python -m attn.models.pretrained_reading"
@@ -368,12 +367,7 @@ def run(out, size="full", progress=print):
     austen_model, austen_tokenizer = load_austen()
     torch.manual_seed(SIZES[size]["seed"])
     record = measure(model, tokenizer, austen_model, austen_tokenizer, novels, size, progress)
-    record["provenance"] = {"command": f"{COMMAND} --out DIR" + ("" if size == "full" else f" --size {size}"),
-                            "torch": torch.__version__, "threads": torch.get_num_threads(),
-                            "python": platform.python_version()}
-    Path(out).mkdir(parents=True, exist_ok=True)
-    write_text(Path(out) / RESULTS_NAME, json.dumps(record, indent=1) + "\n")
-    return record
+    return write_record(out, RESULTS_NAME, record, COMMAND, size)
 
 
 def main(argv=None):

@@ -1,0 +1,43 @@
+"""A measurement command's record written to its folder: its provenance added, the JSON written whole.
+
+The commands that measure for Part 3 (``attn.models.long_context``, ``pretrained_length``, ``pretrained_reading``)
+each end the same way: say how the record was made (the command, PyTorch, its thread count, Python), then write the
+record through a temporary file renamed into place, so that an interrupted run never leaves half a file.
+"""
+
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from attn.common.destinations import folder_problem, write_text
+from attn.common.validate import type_name
+
+
+def write_record(out, name, record, command, size="full"):
+    """Add ``record["provenance"]`` and write ``record`` as JSON to ``out``/``name``; returns ``record``.
+
+    out: a folder (str or Path; created with its parents); name: a file name such as "long_context.json";
+    record: a dict; command: how the record is made ("python -m attn.models.long_context"); size: the command's
+    --size ("full" is its default, so it is left out of the command shown).
+    """
+    if not isinstance(out, str | Path):
+        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    problem = folder_problem(out)
+    if problem:
+        raise ValueError(problem)
+    for label, value in (("name", name), ("command", command), ("size", size)):
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"{label} must be a non-empty str, got {type_name(value)} {value!r:.60}")
+    if "/" in name or name in (".", ".."):
+        raise ValueError(f"name must be a file name inside out, not a path, got {name!r:.60}")
+    if not isinstance(record, dict):
+        raise TypeError(f"record must be a dict, got {type_name(record)}")
+    record["provenance"] = {"command": f"{command} --out DIR" + ("" if size == "full" else f" --size {size}"),
+                            "torch": torch.__version__, "threads": torch.get_num_threads(),
+                            "python": platform.python_version()}
+    text = json.dumps(record, indent=1) + "\n"  # before the folder is made: a record JSON cannot hold fails here
+    Path(out).mkdir(parents=True, exist_ok=True)
+    write_text(Path(out) / name, text)
+    return record

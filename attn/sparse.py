@@ -51,12 +51,13 @@ def topk_keep_mask(index_scores, top_k, sink_tokens=0):
     check_index_scores(index_scores)
     top_k, sink_tokens = whole_count("top_k", top_k), whole_count("sink_tokens", sink_tokens)
     t_q, t_k = index_scores.shape[-2:]
+    top_k, sink_tokens = min(top_k, t_k), min(sink_tokens, t_k)  # beyond T_k they change nothing (and fit int64)
     keys = torch.arange(t_k, device=index_scores.device)  # (T_k,)
     causal = keys[None, :] <= keys[t_k - t_q:, None]  # (T_q, T_k): key j <= query position p
     visible = causal & (index_scores > -math.inf)  # (..., T_q, T_k)
     sinks = visible & (keys < sink_tokens)  # (..., T_q, T_k): kept, not counted
     choosable = visible & ~sinks
-    return sinks | (choosable & (_ranks(index_scores, choosable) < min(top_k, t_k)))
+    return sinks | (choosable & (_ranks(index_scores, choosable) < top_k))
 
 
 def _ranks(index_scores, choosable):
@@ -92,6 +93,7 @@ class LightningIndexer(nn.Module):
     k = LayerNorm(W_k x) (head_dim,); rotary turns the first ``rope_dim`` features of q_j and k by position
     (neighbouring pairs, as ``attn.apply_rotary``); w_j = W_w x / sqrt(num_heads). Score:
     I(t, s) = sum_j w_j(t) ReLU(q_j(t) . k_s / sqrt(head_dim)), for every pair (causality is the mask's job).
+    It scores one sequence against itself; decoding with an indexer key cache (T_q < T_k) is not built here.
     """
 
     def __init__(self, embed_dim, query_latent_dim, num_heads, head_dim, rope_dim, rope_base=10000.0, eps=1e-6):
@@ -150,6 +152,10 @@ class LightningIndexer(nn.Module):
         The reference turns feature i with i + rope_dim / 2 (rotate_half); the rows of its rotary features are
         reordered here into neighbouring pairs, in the query projection, the key projection and the key's
         LayerNorm alike (a LayerNorm does not care about the order of its features), so every dot product is equal.
+        The reference returns only its top-k indices (torch.topk), computed in float32 whatever its input; where a
+        query sees fewer than k keys they include future keys (its attention masks them), and its ties fall in no
+        stated order (ReLU makes exact ties common: a key on which every head is zero scores 0). ``topk_keep_mask``
+        keeps neither future keys nor an unstated tie rule; tests/test_sparse.py compares the two where no tie decides.
         """
         config = _indexer_config(module)
         layer = cls(config.hidden_size, config.q_lora_rank, config.index_n_heads, config.index_head_dim,

@@ -80,6 +80,8 @@ def test_large_top_k_is_the_causal_mask():
     for top_k in (6, 7, 2**70):
         assert torch.equal(topk_keep_mask(scores, top_k), sliding_window_mask(6, 6, 6).expand(3, 6, 6))
     assert torch.equal(topk_keep_mask(scores[:, 2:], 6), sliding_window_mask(4, 6, 6).expand(3, 4, 6))
+    for sinks in (6, 2**63 - 1, 2**63, 2**70):
+        assert torch.equal(topk_keep_mask(scores, 0, sinks), sliding_window_mask(6, 6, 6).expand(3, 6, 6)), sinks
 
 
 def test_ties_go_to_the_earlier_key():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.nn import functional
 
 from attn.multihead import explicit_attention
 from attn.sparse import LightningIndexer, topk_attention, topk_keep_mask
@@ -166,7 +167,8 @@ def rotary_float64(config, length):
 
 class ReferenceScores(torch.overrides.TorchFunctionMode):
     """Keeps the scores the reference hands to ``topk`` (it computes them but returns only the indices); with
-    ``float64`` it also skips its ``.float()`` casts of float64 tensors (it scores in float32 whatever its input)."""
+    ``float64`` it also skips its casts of float64 tensors to float32 (``.float()``, ``.to(torch.float32)``, the
+    softmax's dtype): it scores, normalises and takes the softmax in float32 whatever its input."""
 
     def __init__(self, float64):
         super().__init__()
@@ -175,6 +177,10 @@ class ReferenceScores(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if self.float64 and func is torch.Tensor.float and args[0].dtype == torch.float64:
             return args[0]
+        if self.float64 and func is torch.Tensor.to and args[0].dtype == torch.float64 and torch.float32 in args[1:]:
+            return args[0]  # RMSNorm's cast to float32
+        if self.float64 and func is torch.nn.functional.softmax and args[0].dtype == torch.float64:
+            kwargs = {**(kwargs or {}), "dtype": torch.float64}  # eager attention's softmax, float32 as written
         if func is torch.Tensor.topk:
             self.scores = args[0]
         return func(*args, **(kwargs or {}))
@@ -237,6 +243,53 @@ def test_indexer_choice_equals_deepseek_v32_and_is_live():
     no_tie = (ranked[..., 2] != ranked[..., 3]) | (causal.sum(-1) <= 3)  # (B, T): the 3rd and 4th best differ
     assert no_tie.sum() > 9 and torch.equal(ours[no_tie], theirs[no_tie])
     assert not torch.equal(ours, causal), "with k < T the mask is live"
+
+
+def test_sparse_latent_attention_equals_deepseek_v32_attention():
+    """The whole DSA layer: transformers' DeepseekV32Attention (latent attention reading its indexer's top k) against
+    lesson 15's LatentAttention (its queries, latents and keys) attending through topk_attention with our indexer's
+    choice. The seed is one with no tie at any query's k-th key, so the two choices must agree; with k < T the
+    output differs from dense causal attention (the choice is live)."""
+    from transformers import DeepseekV32Config
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32
+
+    from attn.latent import LatentAttention
+
+    torch.manual_seed(0)
+    config = DeepseekV32Config(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=8,
+        qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=5, index_n_heads=8, index_head_dim=8, index_topk=3,
+        attn_implementation="eager",
+    )
+    module = modeling_deepseek_v32.DeepseekV32Attention(config, layer_idx=0).double().eval()
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(std=0.3)
+    x, _ = inputs()
+    length = x.shape[1]
+    causal = torch.full((length, length), float("-inf"), dtype=torch.float64).triu(1)[None, None].expand(2, 1, -1, -1)
+    with ReferenceScores(float64=True) as mode, torch.no_grad():
+        expected = module(x, rotary_float64(config, length), causal)[0]
+    layer, indexer = LatentAttention.from_transformers(module), LightningIndexer.from_transformers(module.indexer)
+    positions = torch.arange(length)
+    with torch.no_grad():
+        query_latent = layer.query_proj[1](layer.query_proj[0](x))  # (B, T, q_lora_rank): RMSNorm of the down-projection
+        scores = indexer(query_latent=query_latent, x=x)
+        torch.testing.assert_close(scores.tril(), mode.scores.masked_fill(causal[:, 0] < 0, 0), rtol=0, atol=1e-12)
+        q_nope, q_rope = layer.queries(x, positions)
+        latents, rope_keys = layer.compress(x, positions)
+        keys_nope, values = layer.up_proj(latents).unflatten(-1, (4, -1)).transpose(1, 2).split([6, 5], dim=-1)
+        keys = torch.cat([keys_nope, rope_keys[:, None].expand(-1, 4, -1, -1)], dim=-1)  # (B, H, T, 10)
+        query = torch.cat([q_nope, q_rope], dim=-1) * layer.scaling * math.sqrt(10)  # explicit_attention divides by sqrt(d)
+        ranked = scores.masked_fill(causal[:, 0] < 0, -math.inf).sort(dim=-1, descending=True).values
+        assert ((ranked[..., 2] > ranked[..., 3]) | (torch.arange(length) < 3)).all(), "a tie at the k-th key: change the seed"
+        padded = functional.pad(values, (0, 5))  # (B, H, T, 10): the course's attention takes d_v = d_k
+        context = topk_attention(query, keys, padded, scores, top_k=3)[0][..., :5]  # (B, H, T, 5)
+        ours = layer.out_proj(context.transpose(1, 2).flatten(2))
+        dense = layer(x)
+    difference = (ours - expected).abs().max().item()
+    assert difference < 1e-12, difference
+    assert (dense - expected).abs().max().item() > 1e-3, "with k < T the sparse layer differs from dense attention"
 
 
 def test_a_wrong_copy_is_caught():

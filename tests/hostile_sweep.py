@@ -173,6 +173,7 @@ TENSOR_NAMES = {
     "tokens", "positions", "targets", "keys", "values", "matrix", "state", "initial_state", "beta", "alpha", "grad_output",
     "query_positions", "key_positions", "logsumexp", "row_max", "row_sum", "sink_logits", "scaled_logits", "key_padding_mask",
     "prompt", "sequences", "data", "angles", "cos_sin", "output", "outputs", "learned_sinks", "a", "b", "weight",
+    "index_scores", "query_latent",
 }
 INT_NAMES = {
     "length", "window", "embed_dim", "num_heads", "seed", "steps", "repeats", "sink_tokens", "head_dim", "vocab_size",
@@ -299,6 +300,7 @@ GOOD_BY_NAME = {
     "steps": 1, "repeats": 1, "seed": 0, "block_q": 2, "block_k": 2, "chunk_size": 2, "capacity": 4, "num_layers": 1,
     "sink_tokens": 1, "batch": 2, "batch_size": 2, "t_q": 4, "t_k": 4, "beta": lambda paths: torch.rand(2, 4),
     "attention": lambda paths: importlib.import_module("attn").MultiHeadAttention(8, 2),  # a layer to wrap (E = 8)
+    "query_latent_dim": 8,  # LightningIndexer: its query latent, read from a plain (2, 4, 8) tensor
     "scaling": None,  # LatentAttention's score scale, or a rotary scaling dict (lesson 17): None is plain for both
 }
 GOOD_BY_KIND = {

@@ -381,3 +381,28 @@ def check_recurrence_inputs(q, k, v, beta=None, alpha=None):
         _check_rates("beta", beta, tuple(q.shape[:3]), 0, 2, "the strength of each write")
     if alpha is not None:
         _check_rates("alpha", alpha, tuple(q.shape[:3]), 0, 1, "how much of the memory each token keeps")
+
+
+def check_index_scores(index_scores):
+    """``index_scores`` (..., T_q, T_k): a dense floating-point tensor with real numbers, T_q <= T_k, no NaN and
+    no +inf (-inf is allowed: a key the scorer rules out, such as padding)."""
+    if not isinstance(index_scores, torch.Tensor):
+        raise TypeError(f"index_scores must be a torch.Tensor of scores (..., T_q, T_k), got {type_name(index_scores)}")
+    if index_scores.layout != torch.strided:
+        raise TypeError(f"index_scores has layout {index_scores.layout}; convert it with index_scores.to_dense()")
+    if index_scores.device.type == "meta":
+        raise ValueError("index_scores is on the meta device, which holds shapes but no scores to choose from")
+    if not index_scores.is_floating_point():
+        raise TypeError(f"index_scores must hold floating-point scores, got {index_scores.dtype}; convert it with .float()")
+    if index_scores.dim() < 2:
+        raise ValueError(f"index_scores must have shape (..., T_q, T_k), at least 2 axes, got {tuple(index_scores.shape)}")
+    t_q, t_k = index_scores.shape[-2:]
+    if t_q > t_k:
+        raise ValueError(f"index_scores has T_q={t_q} queries but only T_k={t_k} keys: end-aligned, each query needs "
+                         "its own key among the keys")
+    # the ranking sorts a copy of the scores and holds two int64 tables of their size
+    check_allocation(f"ranking {index_scores.numel():,} index scores", index_scores.numel() * (index_scores.itemsize + 16),
+                     index_scores.device, "choose keys for fewer queries at a time")
+    if index_scores.isnan().any() or (index_scores == math.inf).any():
+        raise ValueError("index_scores contains NaN or +inf, so no ranking of the keys exists; -inf alone is allowed "
+                         "(a key that may never be chosen)")

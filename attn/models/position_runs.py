@@ -38,19 +38,26 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.nn import functional
 
 from attn.common.destinations import folder_argument, write_text
-from attn.common.validate import require_callable, require_choice, require_token_ids, type_name, whole_number
+from attn.common.validate import require_callable, require_choice, type_name, whole_number
+from attn.models import window_induction
 from attn.models.lm import ROTARY_BASE, AustenLM
-from attn.models.window_induction import (  # the same task, and the same checks of its arguments
+from attn.models.window_induction import (  # the same task, training loop and checks of its arguments
+    BATCH_SIZE,
+    EVAL_EVERY,
+    LEARNING_RATE,
     MAX_STEPS_ARGUMENT,
     MIN_DISTANCE,
+    MIN_GAIN,
     PER_DISTANCE_ARGUMENT,
     SEED_ARGUMENT,
+    TEST_PER_DISTANCE,
+    TEST_SEED,
+    VALID_SEQUENCES,
     VOCAB_SIZE,
-    repeat_batch,
 )
+from attn.models.window_induction import LENGTH as TRAIN_LENGTH
 from attn.multihead import MultiHeadAttention
 
 RESULTS_NAME = "position_runs.json"
@@ -59,11 +66,9 @@ ARMS = {  # MultiHeadAttention's position options, by arm
     "rotary": {"rotary_base": ROTARY_BASE},
     "partial": {"rotary_base": ROTARY_BASE, "rotary_fraction": 0.25},
 }
-TRAIN_LENGTH, EVAL_LENGTHS = 40, (40, 80, 160)
+EVAL_LENGTHS = (40, 80, 160)  # TRAIN_LENGTH (40, lesson 14's task), then twice and four times it
 EMBED_DIM, NUM_HEADS, NUM_LAYERS = 32, 2, 2
-BATCH_SIZE, LEARNING_RATE = 64, 3e-3
-EVAL_EVERY, PATIENCE, MIN_GAIN, MIN_STEPS, MAX_STEPS = 250, 4, 0.01, 2000, 10_000  # the stopping rule: see the docstring
-VALID_SEQUENCES, VALID_SEED, TEST_PER_DISTANCE, TEST_SEED = 512, 2000, 100, 12345
+PATIENCE, MIN_STEPS, MAX_STEPS = 4, 2000, 10_000  # this module's stopping rule (see the docstring); the rest is lesson 14's
 SEEDS = (0, 1, 2, 3, 4)
 
 
@@ -98,59 +103,24 @@ def _check_model(model):
 def copy_loss(model, tokens, copyable):
     """Mean cross-entropy of the copyable predictions of tokens (N, T); also their right/wrong (K,) bool."""
     _check_model(model)
-    require_token_ids("tokens", tokens, 2)
-    if not (isinstance(copyable, torch.Tensor) and copyable.dtype == torch.bool and copyable.shape == tokens.shape):
-        raise TypeError(f"copyable must be a bool tensor shaped like tokens {tuple(tokens.shape)} (from repeat_batch), "
-                        f"got {type_name(copyable)}")
-    if not copyable[:, :-1].any():
-        raise ValueError("copyable marks no position before the last: there is nothing to score")
-    logits = model(tokens)[:, :-1][copyable[:, :-1]]  # (K, V)
-    targets = tokens[:, 1:][copyable[:, :-1]]  # (K,)
-    return functional.cross_entropy(logits, targets), logits.argmax(dim=-1) == targets
-
-
-def _sequences(count, seed, length=TRAIN_LENGTH):
-    generator = torch.Generator().manual_seed(seed)
-    return repeat_batch(torch.randint(MIN_DISTANCE, length // 2 + 1, (count,), generator=generator), generator, length)
+    return window_induction.copy_loss(model, tokens, copyable)
 
 
 def train(model, seed, max_steps=MAX_STEPS):
-    """Adam until the validation loss stops falling (the docstring's rule); returns (steps, validation curve, stopped)."""
+    """Adam until the validation loss stops falling (the docstring's rule); returns (steps, validation curve, stopped).
+
+    Lesson 14's loop (``attn.models.window_induction``), with this module's patience and minimum steps."""
     _check_model(model)
     _check_run("nope", seed, max_steps, 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
-    generator = torch.Generator().manual_seed(1000 + seed)
-    valid = _sequences(VALID_SEQUENCES, VALID_SEED + seed)
-    step, best, flat, curve = 0, float("inf"), 0, []
-    while step < max_steps and (flat < PATIENCE or step < MIN_STEPS):
-        model.train()
-        for _ in range(min(EVAL_EVERY, max_steps - step)):
-            distances = torch.randint(MIN_DISTANCE, TRAIN_LENGTH // 2 + 1, (BATCH_SIZE,), generator=generator)
-            loss, _ = copy_loss(model, *repeat_batch(distances, generator, TRAIN_LENGTH))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            step += 1
-        model.eval()
-        with torch.no_grad():
-            curve.append(round(copy_loss(model, *valid)[0].item(), 4))
-        best, flat = (curve[-1], 0) if curve[-1] < best - MIN_GAIN else (best, flat + 1)
-    return step, curve, flat >= PATIENCE
+    return window_induction._train_until_flat(model, seed, max_steps, patience=PATIENCE, min_steps=MIN_STEPS)
 
 
-@torch.no_grad()
 def accuracy_by_distance(model, length, per_distance=TEST_PER_DISTANCE):
     """Share of copyable predictions right at each distance MIN_DISTANCE .. length // 2, on sequences of ``length``."""
     _check_model(model)
     length = whole_number("length", length, minimum=2 * MIN_DISTANCE, maximum=4096)
     _check_run("nope", 0, 1, per_distance)
-    model.eval()
-    generator = torch.Generator().manual_seed(TEST_SEED)
-    accuracy = []
-    for distance in range(MIN_DISTANCE, length // 2 + 1):
-        tokens, copyable = repeat_batch(torch.full((per_distance,), distance), generator, length)
-        accuracy.append(round(copy_loss(model, tokens, copyable)[1].double().mean().item(), 3))
-    return accuracy
+    return [round(share, 3) for share in window_induction._accuracy(model, per_distance, length)]
 
 
 def run(arm, seed, max_steps=MAX_STEPS, per_distance=TEST_PER_DISTANCE, lengths=EVAL_LENGTHS):

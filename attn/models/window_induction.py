@@ -124,11 +124,17 @@ def train(model, seed, max_steps=MAX_STEPS):
     """Adam until the validation loss stops falling; returns (steps, validation curve, stopped)."""
     _check_model(model)
     _check_run("2 local", seed, max_steps, 1)
+    return _train_until_flat(model, seed, max_steps)
+
+
+def _train_until_flat(model, seed, max_steps, patience=PATIENCE, min_steps=0):
+    """The training loop of ``train`` for a model and arguments already checked; lesson 17's position runs share it
+    (with their own model, a larger ``patience`` and ``min_steps`` before the rule may stop a run)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
     generator = torch.Generator().manual_seed(1000 + seed)
     valid = _sequences(VALID_SEQUENCES, VALID_SEED + seed)
     step, best, flat, curve = 0, float("inf"), 0, []
-    while step < max_steps and flat < PATIENCE:
+    while step < max_steps and (flat < patience or step < min_steps):
         model.train()
         for _ in range(min(EVAL_EVERY, max_steps - step)):
             distances = torch.randint(MIN_DISTANCE, MAX_DISTANCE + 1, (BATCH_SIZE,), generator=generator)
@@ -141,7 +147,7 @@ def train(model, seed, max_steps=MAX_STEPS):
         with torch.no_grad():
             curve.append(round(copy_loss(model, *valid)[0].item(), 4))
         best, flat = (curve[-1], 0) if curve[-1] < best - MIN_GAIN else (best, flat + 1)
-    return step, curve, flat >= PATIENCE
+    return step, curve, flat >= patience
 
 
 @torch.no_grad()
@@ -149,11 +155,16 @@ def accuracy_by_distance(model, per_distance=TEST_PER_DISTANCE):
     """Fraction of copyable predictions right at each distance MIN_DISTANCE .. MAX_DISTANCE, a list."""
     _check_model(model)
     _check_run("2 local", 0, 1, per_distance)
+    return _accuracy(model, per_distance, LENGTH)
+
+
+def _accuracy(model, per_distance, length):
+    """``accuracy_by_distance`` on sequences of ``length`` (d up to length // 2), for arguments already checked."""
     model.eval()
     generator = torch.Generator().manual_seed(TEST_SEED)
     accuracy = []
-    for distance in range(MIN_DISTANCE, MAX_DISTANCE + 1):
-        tokens, copyable = repeat_batch(torch.full((per_distance,), distance), generator)
+    for distance in range(MIN_DISTANCE, length // 2 + 1):
+        tokens, copyable = repeat_batch(torch.full((per_distance,), distance), generator, length)
         accuracy.append(copy_loss(model, tokens, copyable)[1].double().mean().item())
     return accuracy
 

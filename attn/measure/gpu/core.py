@@ -3,6 +3,7 @@ Triton kernel, at every head size, causal or not, and every length; and where th
 """
 
 import importlib.util
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,7 +92,8 @@ def triton_implementation():
 
     if importlib.util.find_spec("triton") is None:
         return absent(triton_kernels.triton_status())
-    blocks = (32, 32)  # flash_forward's default tiles
+    defaults = inspect.signature(triton_kernels.flash_forward).parameters
+    blocks = (defaults["block_q"].default, defaults["block_k"].default)  # flash_forward's own default tiles
 
     def first(query, key, value, causal):
         return triton_kernels.flash_forward(query, key, value, causal, *blocks)

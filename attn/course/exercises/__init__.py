@@ -27,6 +27,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson15,
     lesson16,
     lesson17,
+    lesson18,
     primer,
 )
 from attn.course.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

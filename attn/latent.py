@@ -147,8 +147,20 @@ class LatentAttention(nn.Module):
         latents, rope_keys = self.down_proj(x).split([self.latent_dim, self.rope_dim], dim=-1)
         return self.latent_norm(latents), apply_rotary(rope_keys, positions, self.rope_base, self.rope_scaling)
 
-    def forward(self, x, absorbed=False, cache=None):
-        """x (B, T, E) -> (B, T, E), causal; with a LatentCache, x's tokens follow the cached ones."""
+    def query_latent(self, x):
+        """x (B, T, E) -> the normalised query latent c_q (B, T, query_latent_dim) that DSA's indexer reads (lesson 18)."""
+        self._check(x, False, None)
+        if not isinstance(self.query_proj, nn.Sequential):
+            raise ValueError("this layer has no query latent (query_latent_dim=None): its queries come from x in one step")
+        return self.query_proj[1](self.query_proj[0](x))
+
+    def forward(self, x, absorbed=False, cache=None, keep_mask=None):
+        """x (B, T, E) -> (B, T, E), causal; with a LatentCache, x's tokens follow the cached ones.
+
+        keep_mask: None, or bool (T, T_k) or (B, T, T_k), True = this query may read that key, applied on top of
+        the causal mask (lesson 18 passes a top-k choice: DeepSeek Sparse Attention). A query that keeps no key
+        gets a zero output, as in ``attn.multihead.explicit_attention``.
+        """
         self._check(x, absorbed, cache)
         start = 0 if cache is None else len(cache)
         positions = torch.arange(start, start + x.shape[1], device=x.device)
@@ -157,6 +169,8 @@ class LatentAttention(nn.Module):
         if cache is not None:
             latents, rope_keys = cache.append(latents, rope_keys)  # (B, T_k, r), (B, T_k, rope_dim)
         keep = torch.ones(x.shape[1], latents.shape[1], dtype=torch.bool, device=x.device).tril(start)
+        if keep_mask is not None:
+            keep = keep & _checked_keep_mask(keep_mask, x, latents.shape[1])[..., None, :, :]  # (B or 1, 1, T, T_k)
         attend = self._absorbed if absorbed else self._plain
         context = attend(q_nope, q_rope, latents, rope_keys, keep)  # (B, H, T, value_dim)
         output = self.out_proj(context.transpose(1, 2).flatten(2))
@@ -187,7 +201,8 @@ class LatentAttention(nn.Module):
         return latent_context @ value_up.transpose(-1, -2)  # (B, H, T, value_dim)
 
     def _weights(self, scores, keep):
-        return torch.softmax((scores * self.scaling).masked_fill(~keep, float("-inf")), dim=-1)
+        weights = torch.softmax((scores * self.scaling).masked_fill(~keep, float("-inf")), dim=-1)
+        return torch.where(keep.any(dim=-1, keepdim=True), weights, 0.0)  # a query that keeps nothing reads nothing
 
     def _check(self, x, absorbed, cache):
         require_tensor("x", x)
@@ -252,6 +267,20 @@ class LatentAttention(nn.Module):
             layer.up_proj.weight.copy_(module.kv_b_proj.weight)
             _copy_linear(layer.out_proj, module.o_proj)
         return layer.train(module.training)
+
+
+def _checked_keep_mask(keep_mask, x, key_length):
+    """keep_mask as a bool (T, T_k) or (B, T, T_k) tensor on x's device, or a sentence saying what is wrong."""
+    require_tensor("keep_mask", keep_mask)
+    batch, length = x.shape[:2]
+    if keep_mask.dtype != torch.bool:
+        raise TypeError(f"keep_mask must be a bool tensor (True = may read), got {keep_mask.dtype}")
+    if keep_mask.shape not in ((length, key_length), (batch, length, key_length)):
+        raise ValueError(f"keep_mask must have shape ({length}, {key_length}) or ({batch}, {length}, {key_length}) "
+                         f"(queries x keys), got {tuple(keep_mask.shape)}")
+    if keep_mask.device != x.device:
+        raise ValueError(f"keep_mask is on {keep_mask.device} but x is on {x.device}")
+    return keep_mask
 
 
 def _copy_linear(ours, theirs):

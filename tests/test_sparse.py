@@ -287,6 +287,11 @@ def test_sparse_latent_attention_equals_deepseek_v32_attention():
         context = topk_attention(query, keys, padded, scores, top_k=3)[0][..., :5]  # (B, H, T, 5)
         ours = layer.out_proj(context.transpose(1, 2).flatten(2))
         dense = layer(x)
+        torch.testing.assert_close(layer.query_latent(x), query_latent, rtol=0, atol=0)
+        keep = topk_keep_mask(scores, 3)  # (B, T, T): the layer's own keep_mask argument, both of its forms
+        through_layer = [layer(x, keep_mask=keep), layer(x, absorbed=True, keep_mask=keep)]
+    for output in through_layer:
+        assert (output - expected).abs().max().item() < 1e-12
     difference = (ours - expected).abs().max().item()
     assert difference < 1e-12, difference
     assert (dense - expected).abs().max().item() > 1e-3, "with k < T the sparse layer differs from dense attention"
@@ -364,3 +369,24 @@ def test_hostile_indexer_input_gets_a_sentence():
         topk_attention(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(3, 3), 2)
     with pytest.raises(ValueError, match="keep_mask"):
         topk_attention(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(2, 3, 3), 2)
+
+
+def test_latent_attention_keep_mask_is_checked_and_an_empty_row_reads_nothing():
+    from attn.latent import LatentAttention
+
+    torch.manual_seed(0)
+    layer = LatentAttention(16, 2, 4, 4, 2, 4).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    for wrong, words in ((torch.ones(5, 5), "bool"), (torch.ones(5, 4, dtype=torch.bool), "shape"),
+                         ([[True]], "tensor")):
+        with pytest.raises((TypeError, ValueError), match=words):
+            layer(x, keep_mask=wrong)
+    keep = torch.ones(5, 5, dtype=torch.bool)
+    keep[3] = False  # query 3 keeps nothing
+    output = layer(x, keep_mask=keep)
+    assert torch.isfinite(output).all()
+    torch.testing.assert_close(output[:, 3], layer.out_proj.bias if layer.out_proj.bias is not None
+                               else torch.zeros(2, 16, dtype=torch.float64))
+    torch.testing.assert_close(layer(x, keep_mask=torch.ones(5, 5, dtype=torch.bool)), layer(x))  # causal stays
+    with pytest.raises(ValueError, match="no query latent"):
+        layer.query_latent(x)

@@ -49,7 +49,7 @@ def block_means(x, block_size):
     float32 at least (as fla's kernel does), so float16 blocks cannot overflow, and returned in x's dtype.
     """
     check_block_input("x", x)
-    block_size = check_block_size(block_size)
+    block_size = check_block_size(block_size, x.shape[-2])
     return _block_means(x, block_size)
 
 
@@ -82,7 +82,7 @@ def block_token_mask(block_keep, block_size):
     """
     if not isinstance(block_keep, torch.Tensor) or block_keep.dtype != torch.bool or block_keep.dim() < 2:
         raise TypeError("block_keep must be a bool tensor (..., T, n_blocks) (True = the query reads that block)")
-    block_size = check_block_size(block_size)
+    block_size = check_block_size(block_size, block_keep.shape[-2])
     length, n_blocks = block_keep.shape[-2:]
     if n_blocks != math.ceil(length / block_size):
         raise ValueError(f"block_keep has {n_blocks} blocks but T={length} positions make {math.ceil(length / block_size)} "
@@ -118,7 +118,7 @@ def nsa_compressed_attention(query, key, value, block_size):
     Returns output (B, H, T, d) and weights (B, H, T, n_blocks).
     """
     check_self_attention(query, key, value)
-    block_size = check_block_size(block_size)
+    block_size = check_block_size(block_size, query.shape[2])
     return _compressed(query, key, value, block_size)
 
 
@@ -142,7 +142,8 @@ def nsa_select_blocks(compressed_weights, num_kv_heads, block_size, block_count)
         raise TypeError("compressed_weights must be the floating-point (B, H, T, n_blocks) weights of "
                         "nsa_compressed_attention")
     check_block_input("compressed_weights", compressed_weights)
-    block_size, block_count = check_block_size(block_size), check_block_count("block_count", block_count)
+    block_size = check_block_size(block_size, compressed_weights.shape[2])
+    block_count = check_block_count("block_count", block_count)
     num_kv_heads = check_block_count("num_kv_heads", num_kv_heads)
     batch, heads, length, n_blocks = compressed_weights.shape
     if heads % num_kv_heads or n_blocks != math.ceil(length / block_size):
@@ -170,7 +171,7 @@ def nsa_selected_attention(query, key, value, block_keep, block_size):
     Returns output (B, H, T, d) and weights (B, H, T, T); a query that chose nothing gets zeros.
     """
     check_self_attention(query, key, value)
-    block_size = check_block_size(block_size)
+    block_size = check_block_size(block_size, query.shape[2])
     batch, _, length, _ = query.shape
     check_block_keep(block_keep, batch, key.shape[1], length, block_size, query.device)
     return _selected(query, key, value, block_keep, block_size)
@@ -192,7 +193,7 @@ def nsa_attention(query, key, value, gates, block_size, block_count, window=None
     Returns output (B, H, T, d). fla's naive_nsa computes its branches in float32 whatever the input dtype.
     """
     check_self_attention(query, key, value)
-    block_size, block_count = check_block_size(block_size), check_block_count("block_count", block_count)
+    block_size, block_count = check_block_size(block_size, query.shape[2]), check_block_count("block_count", block_count)
     window, _ = check_window_arguments(window, 0)
     check_gates(gates, query, 2 if window is None else 3)
     compressed, weights = _compressed(query, key, value, block_size)
@@ -260,7 +261,7 @@ def moba_select_blocks(query, key, block_size, top_blocks):
     top_blocks are the highest-scoring past blocks, ties to the earlier block; later blocks never.
     """
     check_self_attention(query, key, key)
-    block_size, top_blocks = check_block_size(block_size), check_block_count("top_blocks", top_blocks)
+    block_size, top_blocks = check_block_size(block_size, query.shape[2]), check_block_count("top_blocks", top_blocks)
     return _moba_select(query, key, block_size, top_blocks)
 
 
@@ -283,6 +284,6 @@ def moba_attention(query, key, value, block_size, top_blocks):
     With top_blocks >= the number of blocks it is plain causal attention.
     """
     check_self_attention(query, key, value)
-    block_size, top_blocks = check_block_size(block_size), check_block_count("top_blocks", top_blocks)
+    block_size, top_blocks = check_block_size(block_size, query.shape[2]), check_block_count("top_blocks", top_blocks)
     block_keep = _moba_select(query, key, block_size, top_blocks)
     return explicit_attention(query, key, value, _block_token_mask(block_keep, block_size))

@@ -33,7 +33,7 @@ from attn.common.block_checks import (
     check_self_attention,
 )
 from attn.common.layer_checks import check_layer_arguments, check_layer_input, check_rotary_base
-from attn.multihead import _merge_heads, _split_heads, explicit_attention
+from attn.multihead import _merge_heads, _split_heads, explicit_attention, fused_attention
 from attn.positions import apply_rotary
 from attn.window import check_window_arguments, sliding_window_mask
 
@@ -177,10 +177,10 @@ def nsa_selected_attention(query, key, value, block_keep, block_size):
     return _selected(query, key, value, block_keep, block_size)
 
 
-def _selected(query, key, value, block_keep, block_size):
+def _selected(query, key, value, block_keep, block_size, attend=explicit_attention):
     groups = query.shape[1] // key.shape[1]
     tokens = _block_token_mask(block_keep, block_size).repeat_interleave(groups, dim=1)  # (B, H, T, T)
-    return explicit_attention(query, key, value, tokens)
+    return attend(query, key, value, tokens)
 
 
 def nsa_attention(query, key, value, gates, block_size, block_count, window=None):
@@ -190,6 +190,8 @@ def nsa_attention(query, key, value, gates, block_size, block_count, window=None
     gate per query head, position and branch (compressed, selected, sliding window), or (B, H, T, 2) with
     window=None (no window branch, as fla's naive_nsa with window_size=0). The gates are used as given (the layer
     makes them with a sigmoid). The window branch is lesson 14's: query p reads keys p - window < j <= p.
+    The compressed branch runs written out (its weights choose the blocks); the selected and window branches, whose
+    weights are not needed, run through ``fused_attention`` with their masks (the same numbers, rounded differently).
     Returns output (B, H, T, d). fla's naive_nsa computes its branches in float32 whatever the input dtype.
     """
     check_self_attention(query, key, value)
@@ -198,11 +200,11 @@ def nsa_attention(query, key, value, gates, block_size, block_count, window=None
     check_gates(gates, query, 2 if window is None else 3)
     compressed, weights = _compressed(query, key, value, block_size)
     block_keep = _select(weights, key.shape[1], block_size, block_count)
-    selected, _ = _selected(query, key, value, block_keep, block_size)
+    selected = _selected(query, key, value, block_keep, block_size, fused_attention)  # no weights kept: fused
     output = gates[..., 0:1] * compressed + gates[..., 1:2] * selected  # (B, H, T, d)
     if window is not None:
         band = sliding_window_mask(query.shape[2], key.shape[2], window, device=query.device)  # (T, T)
-        output = output + gates[..., 2:3] * explicit_attention(query, key, value, band)[0]
+        output = output + gates[..., 2:3] * fused_attention(query, key, value, band)
     return output
 
 

@@ -33,7 +33,7 @@ from attn.common.block_checks import (
     check_self_attention,
 )
 from attn.common.layer_checks import check_layer_arguments, check_layer_input, check_rotary_base
-from attn.multihead import _merge_heads, _split_heads, explicit_attention
+from attn.multihead import _merge_heads, _split_heads, explicit_attention, fused_attention
 from attn.positions import apply_rotary
 from attn.window import check_window_arguments, sliding_window_mask
 
@@ -49,7 +49,7 @@ def block_means(x, block_size):
     float32 at least (as fla's kernel does), so float16 blocks cannot overflow, and returned in x's dtype.
     """
     check_block_input("x", x)
-    block_size = check_block_size(block_size)
+    block_size = check_block_size(block_size, x.shape[-2])
     return _block_means(x, block_size)
 
 
@@ -82,7 +82,7 @@ def block_token_mask(block_keep, block_size):
     """
     if not isinstance(block_keep, torch.Tensor) or block_keep.dtype != torch.bool or block_keep.dim() < 2:
         raise TypeError("block_keep must be a bool tensor (..., T, n_blocks) (True = the query reads that block)")
-    block_size = check_block_size(block_size)
+    block_size = check_block_size(block_size, block_keep.shape[-2])
     length, n_blocks = block_keep.shape[-2:]
     if n_blocks != math.ceil(length / block_size):
         raise ValueError(f"block_keep has {n_blocks} blocks but T={length} positions make {math.ceil(length / block_size)} "
@@ -118,7 +118,7 @@ def nsa_compressed_attention(query, key, value, block_size):
     Returns output (B, H, T, d) and weights (B, H, T, n_blocks).
     """
     check_self_attention(query, key, value)
-    block_size = check_block_size(block_size)
+    block_size = check_block_size(block_size, query.shape[2])
     return _compressed(query, key, value, block_size)
 
 
@@ -142,7 +142,8 @@ def nsa_select_blocks(compressed_weights, num_kv_heads, block_size, block_count)
         raise TypeError("compressed_weights must be the floating-point (B, H, T, n_blocks) weights of "
                         "nsa_compressed_attention")
     check_block_input("compressed_weights", compressed_weights)
-    block_size, block_count = check_block_size(block_size), check_block_count("block_count", block_count)
+    block_size = check_block_size(block_size, compressed_weights.shape[2])
+    block_count = check_block_count("block_count", block_count)
     num_kv_heads = check_block_count("num_kv_heads", num_kv_heads)
     batch, heads, length, n_blocks = compressed_weights.shape
     if heads % num_kv_heads or n_blocks != math.ceil(length / block_size):
@@ -170,16 +171,16 @@ def nsa_selected_attention(query, key, value, block_keep, block_size):
     Returns output (B, H, T, d) and weights (B, H, T, T); a query that chose nothing gets zeros.
     """
     check_self_attention(query, key, value)
-    block_size = check_block_size(block_size)
+    block_size = check_block_size(block_size, query.shape[2])
     batch, _, length, _ = query.shape
     check_block_keep(block_keep, batch, key.shape[1], length, block_size, query.device)
     return _selected(query, key, value, block_keep, block_size)
 
 
-def _selected(query, key, value, block_keep, block_size):
+def _selected(query, key, value, block_keep, block_size, attend=explicit_attention):
     groups = query.shape[1] // key.shape[1]
     tokens = _block_token_mask(block_keep, block_size).repeat_interleave(groups, dim=1)  # (B, H, T, T)
-    return explicit_attention(query, key, value, tokens)
+    return attend(query, key, value, tokens)
 
 
 def nsa_attention(query, key, value, gates, block_size, block_count, window=None):
@@ -189,19 +190,21 @@ def nsa_attention(query, key, value, gates, block_size, block_count, window=None
     gate per query head, position and branch (compressed, selected, sliding window), or (B, H, T, 2) with
     window=None (no window branch, as fla's naive_nsa with window_size=0). The gates are used as given (the layer
     makes them with a sigmoid). The window branch is lesson 14's: query p reads keys p - window < j <= p.
+    The compressed branch runs written out (its weights choose the blocks); the selected and window branches, whose
+    weights are not needed, run through ``fused_attention`` with their masks (the same numbers, rounded differently).
     Returns output (B, H, T, d). fla's naive_nsa computes its branches in float32 whatever the input dtype.
     """
     check_self_attention(query, key, value)
-    block_size, block_count = check_block_size(block_size), check_block_count("block_count", block_count)
+    block_size, block_count = check_block_size(block_size, query.shape[2]), check_block_count("block_count", block_count)
     window, _ = check_window_arguments(window, 0)
     check_gates(gates, query, 2 if window is None else 3)
     compressed, weights = _compressed(query, key, value, block_size)
     block_keep = _select(weights, key.shape[1], block_size, block_count)
-    selected, _ = _selected(query, key, value, block_keep, block_size)
+    selected = _selected(query, key, value, block_keep, block_size, fused_attention)  # no weights kept: fused
     output = gates[..., 0:1] * compressed + gates[..., 1:2] * selected  # (B, H, T, d)
     if window is not None:
         band = sliding_window_mask(query.shape[2], key.shape[2], window, device=query.device)  # (T, T)
-        output = output + gates[..., 2:3] * explicit_attention(query, key, value, band)[0]
+        output = output + gates[..., 2:3] * fused_attention(query, key, value, band)
     return output
 
 
@@ -260,7 +263,7 @@ def moba_select_blocks(query, key, block_size, top_blocks):
     top_blocks are the highest-scoring past blocks, ties to the earlier block; later blocks never.
     """
     check_self_attention(query, key, key)
-    block_size, top_blocks = check_block_size(block_size), check_block_count("top_blocks", top_blocks)
+    block_size, top_blocks = check_block_size(block_size, query.shape[2]), check_block_count("top_blocks", top_blocks)
     return _moba_select(query, key, block_size, top_blocks)
 
 
@@ -283,6 +286,6 @@ def moba_attention(query, key, value, block_size, top_blocks):
     With top_blocks >= the number of blocks it is plain causal attention.
     """
     check_self_attention(query, key, value)
-    block_size, top_blocks = check_block_size(block_size), check_block_count("top_blocks", top_blocks)
+    block_size, top_blocks = check_block_size(block_size, query.shape[2]), check_block_count("top_blocks", top_blocks)
     block_keep = _moba_select(query, key, block_size, top_blocks)
     return explicit_attention(query, key, value, _block_token_mask(block_keep, block_size))

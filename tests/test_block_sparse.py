@@ -321,3 +321,14 @@ def test_hostile_input_gets_a_sentence(call, words):
     query, key, value = tensors(1, 4, 2, 8, 4, dtype=torch.float32)
     with pytest.raises((TypeError, ValueError), match=words):
         call(query, key, value)
+
+
+def test_a_block_longer_than_the_sequence_is_one_block_that_never_ends():
+    query, key, value = tensors(1, 2, 1, 6, 4, seed=12)
+    gates = torch.rand(1, 2, 6, 2, dtype=torch.float64)
+    for block_size in (7, 2**63):
+        compressed, _ = nsa_compressed_attention(query, key, value, block_size)
+        assert torch.equal(compressed, torch.zeros_like(compressed))  # the one block never ends inside the sequence
+        assert torch.allclose(nsa_attention(query, key, value, gates, block_size, 1),
+                              gates[..., 1:] * dense_causal(query, key, value), atol=1e-12)
+        assert torch.equal(block_means(key, block_size), key.mean(-2, keepdim=True))

@@ -390,3 +390,39 @@ def test_latent_attention_keep_mask_is_checked_and_an_empty_row_reads_nothing():
     torch.testing.assert_close(layer(x, keep_mask=torch.ones(5, 5, dtype=torch.bool)), layer(x))  # causal stays
     with pytest.raises(ValueError, match="no query latent"):
         layer.query_latent(x)
+
+
+def test_topk_attention_with_indexer_scores_equals_fla_naive_dsa():
+    """DSA against flash-linear-attention's naive_dsa (GQA: 4 query heads on 2 key/value heads): fla scores with the
+    same indexer queries, keys and weights (ReLU, 1 / sqrt(d_I)), keeps the top k by torch.topk and attends, in float32.
+    torch.topk breaks ties in no stated order and fla ranks float32 scores, so the seed is one where every query's k-th
+    and (k+1)-th visible scores differ by more than float32 could blur (checked): then the choices must agree."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fla warns, on import, that flash_attn is absent; naive_dsa does not need it
+        from fla.ops.dsa.naive import naive_dsa
+
+    torch.manual_seed(3)  # eight indexer heads and this seed: no score is ReLU's exact 0, no near-tie at the k-th key
+    indexer = LightningIndexer(32, 16, num_heads=8, head_dim=8, rope_dim=4).double()
+    x, query_latent = inputs(length=12, seed=3)
+    generator = torch.Generator().manual_seed(4)
+    query = torch.randn(2, 4, 12, 6, generator=generator, dtype=torch.float64)
+    key, value = (torch.randn(2, 2, 12, 6, generator=generator, dtype=torch.float64) for _ in range(2))
+    with torch.no_grad():
+        scores = indexer(x, query_latent)  # (B, T, T)
+        index_queries = indexer._rotate(indexer.query_proj(query_latent).view(2, 12, 8, 8).transpose(1, 2))  # (B, H_I, T, d_I)
+        index_keys = indexer._rotate(indexer.key_norm(indexer.key_proj(x)))  # (B, T, d_I)
+        head_weights = indexer.head_weights(x) / math.sqrt(8)  # (B, T, H_I): 1 / sqrt(H_I)
+    causal = torch.ones(12, 12, dtype=torch.bool).tril()
+    ranked = scores.masked_fill(~causal, -math.inf).sort(dim=-1, descending=True).values  # (B, T, T)
+    margins = (ranked[..., 3] - ranked[..., 4])[:, 4:]  # queries that see more than k = 4 keys
+    assert margins.min() > 1e-4, "a near-tie at the k-th key: change the seed"
+    ours, _ = topk_attention(query, key, value, scores, top_k=4)
+    theirs, indices = naive_dsa(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                index_queries.transpose(1, 2), index_keys, head_weights, topk=4, return_indices=True)
+    chosen = torch.zeros(2, 12, 13, dtype=torch.bool).scatter_(-1, indices.masked_fill(indices < 0, 12), True)[..., :12]
+    assert torch.equal(chosen, topk_keep_mask(scores, 4)) and not torch.equal(chosen, causal.expand(2, -1, -1))
+    difference = (ours - theirs.transpose(1, 2)).abs().max().item()
+    print(f"topk_attention with the lightning indexer's scores against fla's naive_dsa: largest difference {difference:.1e}")
+    assert theirs.dtype == torch.float64 and difference < 1e-5

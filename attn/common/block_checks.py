@@ -7,12 +7,24 @@ import torch
 
 from attn.common.layer_checks import check_attention_inputs, check_attention_shapes
 from attn.common.sizes import check_allocation
-from attn.common.validate import positive_int, require_computable, require_finite, require_floating, type_name
+from attn.common.validate import (
+    positive_int,
+    require_computable,
+    require_finite,
+    require_floating,
+    require_tensor,
+    type_name,
+    whole_count,
+    whole_number,
+)
 
 
-def check_block_size(block_size):
-    """``block_size`` as a positive int: the positions each block holds."""
-    return positive_int("block_size", block_size)
+def check_block_size(block_size, length=None):
+    """``block_size`` as a positive int: the positions each block holds. Given the sequence's ``length`` T, a block size
+    beyond T + 1 comes back as T + 1, which changes nothing (one partial block that never ends inside the sequence)
+    and keeps every position product inside int64."""
+    block_size = positive_int("block_size", block_size)
+    return block_size if length is None else min(block_size, whole_count("length", length) + 1)
 
 
 def check_block_input(name, x):
@@ -43,7 +55,8 @@ def check_block_keep(block_keep, batch, heads, length, block_size, device):
     if not isinstance(block_keep, torch.Tensor) or block_keep.dtype != torch.bool:
         raise TypeError(f"block_keep must be a bool tensor (True = the query reads that block), got {type_name(block_keep)}"
                         + (f" of {block_keep.dtype}" if isinstance(block_keep, torch.Tensor) else ""))
-    expected = (batch, heads, length, math.ceil(length / block_size))
+    batch, heads, length = whole_count("batch", batch), positive_int("heads", heads), whole_count("length", length)
+    expected = (batch, heads, length, math.ceil(length / check_block_size(block_size)))
     if tuple(block_keep.shape) != expected:
         raise ValueError(f"block_keep must have shape (B, H_kv, T, n_blocks) = {expected} for these inputs, "
                          f"got {tuple(block_keep.shape)}")
@@ -56,6 +69,10 @@ def check_gates(gates, query, branches):
     """``gates`` (B, H, T, branches): a finite floating-point tensor with the query's dtype and device."""
     require_computable("gates", gates)
     require_floating("gates", gates)
+    require_tensor("query", query)
+    if query.dim() != 4:
+        raise ValueError(f"query must have shape (B, H, T, d), got {tuple(query.shape)}")
+    branches = whole_number("branches", branches, 2, 3)
     expected = (*query.shape[:3], branches)
     if tuple(gates.shape) != expected:
         what = "compressed, selected, window" if branches == 3 else "compressed, selected (window=None: no window branch)"

@@ -2,7 +2,8 @@
 
 Imports run one way. ``attn.common`` (helpers under everything) imports nothing else of the package; a layer
 (a module at the top of ``attn/``) imports only common and other layers; a model (``attn.models``) adds the
-layers; a measurement (``attn.measure``) and the course's machinery (``attn.course``) add the models. The
+layers; serving (``attn.serving``, lesson 19) adds the models; a measurement (``attn.measure``) and the course's
+machinery (``attn.course``) add serving and the models. The
 package's own ``__init__`` is the public front door and may name anything. No module grows past about 400
 lines without a reason written here.
 """
@@ -15,14 +16,15 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "attn"
 
-SUBPACKAGES = ("common", "models", "measure", "course")
+SUBPACKAGES = ("common", "models", "serving", "measure", "course")
 # Which groups each group may import (its own included).
 ALLOWED = {
     "common": {"common"},
     "layers": {"common", "layers"},
     "models": {"common", "layers", "models"},
-    "measure": {"common", "layers", "models", "measure"},
-    "course": {"common", "layers", "models", "course"},
+    "serving": {"common", "layers", "models", "serving"},  # lesson 19: serving runs the models
+    "measure": {"common", "layers", "models", "serving", "measure"},
+    "course": {"common", "layers", "models", "serving", "course"},
 }
 # The public paths that /work/shared/COURSE.md promises for modules that live in a subpackage: a thin front door
 # each, which only re-exports (checked below), so they count as the group they point into.

@@ -13,5 +13,7 @@ Imports: attn.serving may import attn.common, the layers and attn.models; attn.m
 from attn.serving.pages import PagedKVCache
 from attn.serving.paged_attention import chunk_attention, merge_attention, paged_attention
 from attn.serving.scheduler import Scheduler, generate_batch
+from attn.serving.speculative import FirstLayers, ModelDraft, PromptLookupDraft, speculative_generate
 
-__all__ = ["PagedKVCache", "Scheduler", "chunk_attention", "generate_batch", "merge_attention", "paged_attention"]
+__all__ = ["FirstLayers", "ModelDraft", "PagedKVCache", "PromptLookupDraft", "Scheduler", "chunk_attention",
+           "generate_batch", "merge_attention", "paged_attention", "speculative_generate"]

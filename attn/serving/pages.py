@@ -158,7 +158,8 @@ class PagedKVCache:
         while len(table) * self.page_size < length + count:
             table.append(self._take_fresh())
         positions = torch.arange(length, length + count)  # (count,)
-        pages = torch.tensor(table, dtype=torch.int64)[positions // self.page_size] if count else positions
+        pages = torch.tensor([-1 if page is None else page for page in table], dtype=torch.int64)  # (pages,)
+        pages = pages[positions // self.page_size] if count else positions  # (count,): only live pages are written
         self.lengths[seq] = length + count
         self._name_full_pages(seq, tokens)
         return pages * self.page_size + positions % self.page_size  # (count,)

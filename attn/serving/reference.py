@@ -1,0 +1,42 @@
+"""PyTorch's own paged attention on the course's pages (lesson 19's check against the real thing).
+
+``torch.nn.attention.experimental._paged_attention.PagedAttention`` (PyTorch 2.5 on) keeps a page table per
+sequence and a (1, H_kv, N * P, d) cache, and runs flex_attention with a block mask converted from logical to
+physical pages. ``torch_paged_attention`` gives it the course's pool and block tables and runs flex_attention in
+eager mode (on the CPU it cannot compile here), so the two can be compared on the same pages.
+"""
+
+import warnings
+
+import torch
+
+from attn.serving.pages import PagedKVCache
+
+
+def torch_paged_attention(cache, seqs, query, layer=0):
+    """PyTorch's PagedAttention + flex_attention on ``cache``'s pages: query (S, H, 1, d), one decoding query per
+    sequence of ``seqs`` (it sees every cached position). Returns output (S, H, 1, d)."""
+    from torch.nn.attention.experimental._paged_attention import PagedAttention  # PyTorch >= 2.5
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if not isinstance(cache, PagedKVCache):
+        raise TypeError(f"cache must be an attn.serving.PagedKVCache, got {type(cache).__name__}")
+    seqs = list(seqs)
+    lengths = torch.tensor([cache.lengths[seq] for seq in seqs])  # (S,)
+    if any(page is None for seq in seqs for page in cache.block_tables[seq]) or not seqs:
+        raise ValueError("torch_paged_attention needs sequences with every page (no window freed any)")
+    pages, size = cache.num_pages, cache.page_size
+    theirs = PagedAttention(pages, size, len(seqs), device="cpu")
+    for row, seq in enumerate(seqs):  # their page table filled with the course's block tables
+        for index, page in enumerate(cache.block_tables[seq]):
+            theirs.page_table[row, index] = page
+            theirs.physical_to_logical[row, page] = index
+    shape = (1, cache.num_kv_heads, pages * size, cache.head_dim)
+    keys = cache.key_pages[layer].permute(2, 0, 1, 3).reshape(shape)  # (1, H_kv, N * P, d): page p at p * P
+    values = cache.value_pages[layer].permute(2, 0, 1, 3).reshape(shape)
+    width = max(len(cache.block_tables[seq]) for seq in seqs) * size
+    logical = create_block_mask(lambda b, h, q, k: k >= 0, len(seqs), 1, 1, width, device="cpu", BLOCK_SIZE=(1, size))
+    physical = theirs.convert_logical_block_mask(logical, kv_len=lengths)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # flex_attention warns that eager mode is for debugging
+        return flex_attention(query, keys, values, block_mask=physical, enable_gqa=cache.num_kv_heads != query.shape[1])

@@ -1,0 +1,116 @@
+"""Lesson 19's continuous batching: every request's tokens equal decoding it alone, whatever the arrival order, the
+batch size, the chunk size, the page size and the pool (preemption, shared prefixes and copy-on-write included)."""
+
+import random
+
+import pytest
+import torch
+
+from attn.lm import AustenLM
+from attn.models.decoder import generate
+from attn.models.llama import LlamaLM
+from attn.serving import PagedKVCache, Scheduler, generate_batch
+
+VOCAB = 40
+
+
+def tiny_models():
+    """A tiny AustenLM and a tiny grouped-query LlamaLM in float64, with weights large enough to vary their tokens."""
+    torch.manual_seed(0)
+    models = [AustenLM(VOCAB, 32, 16, 2, 2), LlamaLM(VOCAB, 64, 16, 4, 2, 2, 32)]
+    for model in models:
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.normal_(0, 0.4) if parameter.dim() > 1 else parameter.uniform_(0.5, 1.5)
+    return [model.double().eval() for model in models]
+
+
+MODELS = tiny_models()
+
+
+def alone(model, prompt, new_tokens):
+    return generate(model, torch.tensor([prompt]), new_tokens)[0, len(prompt):].tolist()
+
+
+def test_generate_batch_equals_decoding_each_prompt_alone():
+    model = MODELS[1]
+    prompts = [[1, 2, 3], [5] * 17, [7], list(range(30))]
+    expected = [alone(model, prompt, 9) for prompt in prompts]
+    assert len({tuple(tokens) for tokens in expected}) > 1 and len(set(expected[1])) > 1  # the tokens vary
+    assert generate_batch(model, prompts, 9) == expected
+    assert generate_batch(model, prompts, 9, page_size=3, num_pages=14) == expected  # a pool that forces preemption
+
+
+def test_many_random_schedules_give_every_request_its_own_tokens():
+    rng = random.Random(0)
+    exercised = {"preemptions": 0, "prefix_hits": 0}
+    for trial in range(24):
+        model = MODELS[trial % 2]
+        stem = [rng.randrange(VOCAB) for _ in range(12)]
+        prompts = [stem[:rng.randint(1, 12)] + [rng.randrange(VOCAB) for _ in range(rng.randint(0, 6))]
+                   for _ in range(rng.randint(1, 6))]
+        prompts += [list(rng.choice(prompts)) for _ in range(rng.randint(0, 2))]  # the same prompt again: found whole
+        new_tokens = [rng.randint(0, 7) for _ in prompts]
+        page_size = rng.choice([1, 2, 3, 4, 5, 8])
+        longest = max(-(-(len(p) + n) // page_size) for p, n in zip(prompts, new_tokens, strict=True))
+        layer = model.blocks[0].attention
+        cache = PagedKVCache(longest + rng.randint(0, 6), page_size, layer.num_kv_heads, layer.head_dim, torch.float64,
+                             num_layers=2)
+        scheduler = Scheduler(model, cache, max_batch_size=rng.randint(1, 4), chunk_size=rng.randint(1, 6))
+        arrivals = sorted(rng.randint(0, 6) for _ in prompts)
+        order = list(range(len(prompts)))
+        rng.shuffle(order)
+        ids, step = {}, 0
+        while len(ids) < len(prompts) or scheduler.has_work:
+            for index in [i for i, when in zip(order, arrivals, strict=True) if when == step]:
+                ids[index] = scheduler.add(prompts[index], new_tokens[index])
+            scheduler.step()
+            step += 1
+        for index, prompt in enumerate(prompts):
+            assert scheduler.results[ids[index]] == alone(model, prompt, new_tokens[index]), (trial, index)
+        assert cache.num_free_pages == cache.num_pages  # every page came back
+        exercised["preemptions"] += scheduler.preemptions
+        exercised["prefix_hits"] += scheduler.prefix_hits
+    assert all(exercised.values()), exercised
+
+
+def test_a_prompt_found_whole_copies_its_last_page_before_recomputing_its_last_position():
+    model = MODELS[1]
+    cache = PagedKVCache(16, 4, 2, 4, torch.float64, num_layers=2)
+    scheduler = Scheduler(model, cache, chunk_size=8)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]  # two full pages
+    first = scheduler.add(prompt, 6)
+    scheduler.step()  # the first request reads its prompt and names its two pages
+    second = scheduler.add(prompt, 6)
+    scheduler.run()
+    assert scheduler.prefix_hits == 7 and cache.copies == 1
+    assert scheduler.results[first] == scheduler.results[second] == alone(model, prompt, 6)
+
+
+def test_the_austen_model_serves_the_tokens_it_decodes_alone():
+    from attn.lm import load
+
+    model, tokenizer = load()
+    prompts = [tokenizer.encode(text) for text in ("It is a truth universally acknowledged", "Emma", "She was not")]
+    expected = [alone(model, prompt, 12) for prompt in prompts]
+    assert generate_batch(model, prompts, 12, page_size=4, num_pages=10, max_batch_size=2, chunk_size=4) == expected
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [
+    (lambda m: generate_batch(m, [], 3), ValueError, "prompts is empty"),
+    (lambda m: generate_batch(m, [[]], 3), ValueError, "at least one token"),
+    (lambda m: generate_batch(m, [[1, 2]], 3, page_size=0), ValueError, "page_size must be positive"),
+    (lambda m: generate_batch(m, [list(range(20))], 8, page_size=4, num_pages=3), ValueError, "could never run"),
+    (lambda m: generate_batch(m, [[1, VOCAB]], 3), ValueError, "vocabulary"),
+    (lambda m: generate_batch(m, [[1.5]], 3), TypeError, "token ids"),
+    (lambda m: generate_batch(m, [[1] * 60], 8), ValueError, "max_length"),
+    (lambda m: generate_batch(None, [[1]], 3), TypeError, "interface"),
+])
+def test_hostile_requests_get_a_sentence(call, error, words):
+    model = MODELS[0]
+    model.max_length = 64  # for the test of prompts longer than the context
+    try:
+        with pytest.raises(error, match=words):
+            call(model)
+    finally:
+        model.max_length = 1 << 16

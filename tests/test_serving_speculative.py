@@ -79,7 +79,7 @@ def test_the_rejection_rule_keeps_the_targets_joint_distribution_over_a_round():
 
 
 def test_speculative_sampling_with_a_model_draws_the_models_first_tokens():
-    """End to end with two tiny models: 150 pairs of tokens against the model's probabilities (a looser check,
+    """End to end with two tiny models: 100 pairs of tokens against the model's probabilities (a looser check,
     fast enough for the suite)."""
     model, draft = tiny(2, scale=0.25), tiny(3, scale=0.25)
     prompt, temperature = [1, 4], 1.0
@@ -88,7 +88,7 @@ def test_speculative_sampling_with_a_model_draws_the_models_first_tokens():
         both = torch.tensor([prompt + [token] for token in range(VOCAB)])
         second = torch.softmax(model(both)[:, -1].double() / temperature, -1)  # (V, V)
     generator = torch.Generator().manual_seed(0)
-    counts, samples = torch.zeros(VOCAB * VOCAB, dtype=torch.float64), 150
+    counts, samples = torch.zeros(VOCAB * VOCAB, dtype=torch.float64), 100
     for _ in range(samples):
         a, b = speculative_generate(model, draft, prompt, 2, draft_tokens=2, temperature=temperature, generator=generator)
         counts[a * VOCAB + b] += 1

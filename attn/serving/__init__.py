@@ -10,8 +10,8 @@ speculative decoding with a draft model or prompt lookup.
 Imports: attn.serving may import attn.common, the layers and attn.models; attn.measure and attn.course may import it.
 """
 
-from attn.serving.pages import PagedKVCache
 from attn.serving.paged_attention import chunk_attention, merge_attention, paged_attention
+from attn.serving.pages import PagedKVCache
 from attn.serving.scheduler import Scheduler, generate_batch
 from attn.serving.speculative import FirstLayers, ModelDraft, PromptLookupDraft, speculative_generate
 

@@ -17,6 +17,8 @@ import torch
 
 from attn.common.validate import require_tensor, type_name
 
+__all__ = ["paged_attention"]  # attend, gather_pages, chunk_attention and merge_attention: the step's parts, unchecked
+
 NEG_INF = float("-inf")
 
 
@@ -53,7 +55,8 @@ def paged_attention(query, key_pages, value_pages, block_tables, lengths, query_
     query (S, H, C, d); key_pages, value_pages (N, P, H_kv, d): one layer's pool (PagedKVCache.key_pages[layer]);
     block_tables (S, M) int64 page ids (-1: none, or freed by a window); lengths (S,): positions cached.
     window (None or an int W): the query at position p sees keys p - W < j <= p only; query_positions (S, C)
-    says where each query sits (default lengths[s] - 1: decoding, the newest key appended before it attends). Returns output (S, H, C, d) and logsumexp (S, H, C)."""
+    says where each query sits (default lengths[s] - 1: decoding, the newest key appended before it attends).
+    Returns output (S, H, C, d) and logsumexp (S, H, C)."""
     _check_paged_inputs(query, key_pages, value_pages, block_tables, lengths)
     keys, values = gather_pages(key_pages, block_tables), gather_pages(value_pages, block_tables)  # (S, H_kv, K, d)
     page_size = key_pages.shape[1]
@@ -112,9 +115,9 @@ def _check_paged_inputs(query, key_pages, value_pages, block_tables, lengths):
                          f"{tuple(block_tables.shape)}")
     if lengths.dtype != torch.int64 or lengths.shape != (batch,):
         raise ValueError(f"lengths must be int64 (S,) = ({batch},), got {lengths.dtype} {tuple(lengths.shape)}")
-    if block_tables.numel() and not (-1 <= int(block_tables.min()) and int(block_tables.max()) < key_pages.shape[0]):
+    if block_tables.numel() and not (int(block_tables.min()) >= -1 and int(block_tables.max()) < key_pages.shape[0]):
         raise ValueError(f"block_tables must hold page ids 0 .. {key_pages.shape[0] - 1} (or -1 for none)")
-    if lengths.numel() and not (0 <= int(lengths.min()) and int(lengths.max()) <= block_tables.shape[1] * key_pages.shape[1]):
+    if lengths.numel() and not (int(lengths.min()) >= 0 and int(lengths.max()) <= block_tables.shape[1] * key_pages.shape[1]):
         raise ValueError(f"lengths must be 0 .. M * P = {block_tables.shape[1] * key_pages.shape[1]} (the pages listed)")
     if not torch.isfinite(query).all():
         raise ValueError(f"query holds NaN or inf ({type_name(query)}): every output would spread it")

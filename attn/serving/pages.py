@@ -19,6 +19,8 @@ import torch
 from attn.common.sizes import check_allocation, readable_bytes
 from attn.common.validate import positive_int, type_name, whole_count
 
+__all__ = ["PagedKVCache"]
+
 MAX_PAGES = 2**24  # more pages than any pool here needs: a bigger number is surely a mistake
 MAX_PAGE_SIZE = 2**16
 

@@ -12,6 +12,7 @@ import torch
 
 from attn.serving.pages import PagedKVCache
 
+__all__ = ["torch_paged_attention", "transformers_batch"]
 
 def torch_paged_attention(cache, seqs, query, layer=0):
     """PyTorch's PagedAttention + flex_attention on ``cache``'s pages: query (S, H, 1, d), one decoding query per
@@ -40,3 +41,22 @@ def torch_paged_attention(cache, seqs, query, layer=0):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # flex_attention warns that eager mode is for debugging
         return flex_attention(query, keys, values, block_mask=physical, enable_gqa=cache.num_kv_heads != query.shape[1])
+
+
+def transformers_batch(model, prompts, max_new_tokens):
+    """transformers' continuous batching (``model.generate_batch``, transformers 4.54 on) on ``model``, a
+    transformers causal language model: one list of greedy new token ids per prompt, in order. Slow on a CPU
+    (about 35 s for three tiny requests: its scheduler runs in a thread and polls)."""
+    import transformers  # here: only this check needs it
+
+    if not isinstance(model, transformers.PreTrainedModel) or not hasattr(model, "generate_batch"):
+        raise TypeError(f"model must be a transformers model with generate_batch, got {type(model).__name__}")
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, list) and p for p in prompts):
+        raise ValueError("prompts must be a non-empty list of non-empty lists of token ids")
+    config = transformers.GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None,
+                                           pad_token_id=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outputs = model.generate_batch(inputs=prompts, generation_config=config, progress_bar=False)
+    ordered = sorted(outputs.values(), key=lambda output: int(output.request_id.split("_")[-1]))
+    return [list(output.generated_tokens) for output in ordered]

@@ -14,6 +14,7 @@ from attn.common.validate import type_name
 from attn.positions import apply_rotary
 from attn.serving.paged_attention import chunk_attention, merge_attention, paged_attention
 
+__all__ = ["check_servable"]  # forward_step: the scheduler's, which checked its arguments
 
 def check_servable(model):
     """TypeError/ValueError unless ``model`` has the interface of attn.lm.load()'s model with global attention

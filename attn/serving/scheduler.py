@@ -17,6 +17,7 @@ from attn.common.validate import positive_int, type_name, whole_count
 from attn.serving.pages import PagedKVCache
 from attn.serving.runner import check_servable, forward_step, model_shape
 
+__all__ = ["Scheduler", "check_prompt", "generate_batch"]
 
 @dataclass
 class Request:

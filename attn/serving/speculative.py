@@ -20,6 +20,7 @@ from attn.common.validate import non_negative_number, positive_int, type_name, w
 from attn.kvcache import KVCache
 from attn.serving.scheduler import check_prompt
 
+__all__ = ["FirstLayers", "ModelDraft", "PromptLookupDraft", "speculative_generate"]
 
 class FirstLayers(nn.Module):
     """FirstLayers(model, num_layers): a draft that shares ``model``'s embedding, first ``num_layers`` blocks, final
@@ -61,6 +62,13 @@ class ModelDraft:
     @torch.no_grad()
     def propose(self, tokens, count, temperature=0.0, generator=None):
         """``count`` guesses after ``tokens``, and their draft probabilities (count, V) (None when greedy)."""
+        tokens = check_prompt(tokens, self.model.vocab_size)
+        count = whole_count("count", count)
+        if len(tokens) + count > self.model.max_length:
+            raise ValueError(f"{len(tokens)} tokens and {count} guesses pass the draft's max_length")
+        temperature = non_negative_number("temperature", temperature)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be None or a torch.Generator, got {type_name(generator)}")
         common = _common_prefix(self.cached, tokens[:-1])
         keep_first(self.caches, common)
         self.cached = self.cached[:common]
@@ -84,6 +92,9 @@ class PromptLookupDraft:
 
     def propose(self, tokens, count, temperature=0.0, generator=None):
         """Up to ``count`` guesses (maybe none), each with draft probability 1 (a one-hot row)."""
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise TypeError(f"tokens must be a list of token ids (ints), got {type_name(tokens)}")
+        count = whole_count("count", count)
         for size in range(min(self.max_ngram, len(tokens) - 1), 0, -1):
             tail = tokens[-size:]
             for start in range(len(tokens) - size):

@@ -103,12 +103,12 @@ def test_training_brings_the_indexer_closer_to_the_layer_it_reads():
     other passages, so the validation passages here are the training ones)."""
     model = tiny_model()
     passages = torch.stack([passage(seed=seed) for seed in range(4)])
-    data = sparse.layer_inputs_and_targets(model, passages, (1,))[1]  # inputs (4, T, E), targets (4, T, T)
+    data = sparse._layer_inputs_and_targets(model, passages, (1,))[1]  # inputs (4, T, E), targets (4, T, T)
     settings = dict(sparse.SIZES["tiny"], max_steps=20, patience=10)
     torch.manual_seed(0)
-    indexer = sparse.make_indexer(model, settings, 1)
+    indexer = sparse._make_indexer(model, settings, 1)
     assert isinstance(indexer, LightningIndexer)
-    steps, curve, flat = sparse.train_indexer(indexer, data, data, settings, torch.Generator().manual_seed(0))
+    steps, curve, flat = sparse._train_indexer(indexer, data, data, settings, torch.Generator().manual_seed(0))
     assert steps == 20 and len(curve) == 5 and curve[-1] < curve[0] - 0.01 and not flat
 
 

@@ -38,7 +38,14 @@ from torch.nn import functional
 
 from attn.common.destinations import folder_argument
 from attn.common.stats import paired_interval
-from attn.common.validate import require_callable, require_tensor, type_name, whole_number
+from attn.common.validate import (
+    is_whole_number,
+    require_callable,
+    require_tensor,
+    require_token_ids,
+    type_name,
+    whole_number,
+)
 from attn.models.lm_heads import check_course_decoder
 from attn.models.records import write_record
 from attn.models.window_austen import held_out_streams
@@ -133,7 +140,7 @@ def window_mass_by_query(weights, top_k, sink_tokens=SINK_TOKENS):
     """Each query's weight on the keys a window of ``top_k - sink_tokens`` recent keys plus ``sink_tokens`` sinks keeps
     (as many keys as top-k reads): weights (..., T, T) -> (..., T)."""
     _check_weights(weights)
-    top_k = _check_top_k(top_k)
+    top_k, sink_tokens = _check_top_k(top_k), whole_number("sink_tokens", sink_tokens, minimum=0, maximum=2**31)
     if top_k <= sink_tokens:
         raise ValueError(f"top_k={top_k} must be more than sink_tokens={sink_tokens}: the window keeps k - sinks keys")
     length = weights.shape[-1]
@@ -143,6 +150,7 @@ def window_mass_by_query(weights, top_k, sink_tokens=SINK_TOKENS):
 
 def counted_queries(length, top_k):
     """Bool (T,): the queries that see more than ``top_k`` keys (query p sees the p + 1 keys 0 .. p)."""
+    length = whole_number("length", length, minimum=0, maximum=2**24)
     return torch.arange(length) >= _check_top_k(top_k)
 
 
@@ -166,7 +174,7 @@ def oracle_keep_mask(weights, top_k):
 
 
 @torch.no_grad()
-def oracle_block(block, x, top_k):
+def _oracle_block(block, x, top_k):
     """A LlamaBlock in which every head reads only its ``top_k`` best keys by its own scores: x (B, T, E) -> (B, T, E).
 
     The dense weights choose the keys (``oracle_keep_mask``); the block then runs again with that keep-mask, so each
@@ -178,7 +186,7 @@ def oracle_block(block, x, top_k):
 
 def window_mask(length, top_k, sink_tokens=SINK_TOKENS):
     """The window arm's keep-mask (T, T): ``sink_tokens`` sinks and ``top_k - sink_tokens`` recent keys, itself included."""
-    top_k = _check_top_k(top_k)
+    top_k, sink_tokens = _check_top_k(top_k), whole_number("sink_tokens", sink_tokens, minimum=0, maximum=2**31)
     if top_k <= sink_tokens:
         raise ValueError(f"top_k={top_k} must be more than sink_tokens={sink_tokens}: the window keeps k - sinks keys")
     return sliding_window_mask(length, length, top_k - sink_tokens, sink_tokens)
@@ -189,6 +197,8 @@ def token_losses(model, tokens, read=None):
     """Next-token losses (T - 1,) of a passage tokens (T,), layer i computed by ``read(i, block, x)`` (None: dense)."""
     check_course_decoder(model)
     _check_passage(model, tokens)
+    if read is not None:
+        require_callable("read", read)
     x = model.token_embedding(tokens[None])  # (1, T, E)
     for layer, block in enumerate(model.blocks):
         x = block(x) if read is None else read(layer, block, x)
@@ -209,7 +219,10 @@ def reader(arm, top_k, layers=None, indexers=None):
     the others dense); ``indexers`` maps a layer to its LightningIndexer (the 'indexer' arm)."""
     if arm not in ("dense", "oracle", "window", "indexer"):
         raise ValueError(f"arm must be one of 'dense', 'oracle', 'window', 'indexer', got {arm!r:.60}")
-    if arm == "indexer" and (not isinstance(indexers, dict) or layers is None or set(layers) - set(indexers)):
+    if layers is not None and (not isinstance(layers, list | tuple) or not all(is_whole_number(n) for n in layers)):
+        raise TypeError(f"layers must be None (every layer) or a list of layer numbers, got {type_name(layers)}")
+    if arm == "indexer" and (not isinstance(indexers, dict) or layers is None or set(layers) - set(indexers)
+                             or not all(isinstance(indexers[n], LightningIndexer) for n in layers)):
         raise ValueError("the indexer arm needs an indexer (a dict layer -> LightningIndexer) for each of its layers")
     _check_top_k(top_k)
 
@@ -217,7 +230,7 @@ def reader(arm, top_k, layers=None, indexers=None):
         if arm == "dense" or (layers is not None and layer not in layers):
             return block(x)
         if arm == "oracle":
-            return oracle_block(block, x, top_k)
+            return _oracle_block(block, x, top_k)
         if arm == "window":
             return block(x, mask=window_mask(x.shape[1], top_k))
         normed = block.attention_norm(x)
@@ -245,6 +258,10 @@ def indexer_kl(index_scores, target):
     if index_scores.shape != target.shape or index_scores.dim() != 3 or index_scores.shape[-1] != index_scores.shape[-2]:
         raise ValueError(f"index_scores and target must share one shape (B, T, T), got {tuple(index_scores.shape)} and "
                          f"{tuple(target.shape)}")
+    if not index_scores.is_floating_point() or index_scores.isnan().any() or (index_scores == math.inf).any():
+        raise ValueError("index_scores must be floating-point scores with no NaN and no +inf (-inf rules a key out)")
+    if not target.is_floating_point() or not torch.isfinite(target).all() or (target < 0).any():
+        raise ValueError("target must hold finite weights >= 0 (head_summed_target gives them)")
     length = target.shape[-1]
     causal = torch.ones(length, length, dtype=torch.bool, device=target.device).tril()
     log_q = torch.log_softmax(index_scores.masked_fill(~causal, -math.inf), dim=-1)
@@ -253,7 +270,7 @@ def indexer_kl(index_scores, target):
     return terms.sum(dim=-1).mean()
 
 
-def make_indexer(model, settings, layer):
+def _make_indexer(model, settings, layer):
     """A LightningIndexer for ``layer`` of ``model``: SmolLM2 has no query latent, so its query latent is the layer's
     normed input itself (query_latent_dim = embed_dim); rotary with the model's base."""
     attention = model.blocks[layer].attention
@@ -262,7 +279,7 @@ def make_indexer(model, settings, layer):
 
 
 @torch.no_grad()
-def layer_inputs_and_targets(model, passages, layers):
+def _layer_inputs_and_targets(model, passages, layers):
     """For each passage (N, T) and each layer in ``layers``: its normed input (N, T, E) and its head-summed dense
     weights (N, T, T), a dict layer -> (inputs, targets); the model read dense up to the last of ``layers``."""
     found = {layer: ([], []) for layer in layers}
@@ -284,7 +301,7 @@ def _validation_kl(indexer, inputs, targets):
             / len(inputs)
 
 
-def train_indexer(indexer, train, valid, settings, generator):
+def _train_indexer(indexer, train, valid, settings, generator):
     """Train ``indexer`` on (inputs (N, T, E), targets (N, T, T)) one passage a step (Adam) until the validation KL has
     not fallen by MIN_GAIN for ``patience`` measurements; returns (steps, curve of validation KLs, stopped_flat)."""
     optimizer = torch.optim.Adam(indexer.parameters(), lr=settings["learning_rate"])
@@ -351,7 +368,7 @@ def _settings(size):
 
 
 @torch.no_grad()
-def dense_measures(model, passages, top_ks, indexers):
+def _dense_measures(model, passages, top_ks, indexers):
     """One dense reading of each held-out passage (N, T), layer by layer with its weights: the per-head mass sums of
     the top-k and the window, the dense losses, and for each indexer's layer the masses its choices hold and its KL."""
     length, num_layers, heads = passages.shape[1], len(model.blocks), model.num_heads
@@ -420,7 +437,7 @@ def _interval(first, second):
 def measure(model, passages, train_passages, valid_passages, types, settings, progress=print):
     """Every measure of this module on held-out passages (N, T), the indexers trained on train_passages and validated on
     valid_passages (M, T): a dict ready for JSON."""
-    check_course_decoder(model)
+    _check_measure(model, passages, train_passages, valid_passages, types, settings)
     require_callable("progress", progress)
     top_ks, late_from = _check_top_ks(settings["top_ks"]), max(settings["top_ks"])
     started = time.perf_counter()
@@ -433,19 +450,19 @@ def measure(model, passages, train_passages, valid_passages, types, settings, pr
     layers = tuple(settings["indexer_layers"])
     step(f"indexers: the dense weights of layers {', '.join(map(str, layers))} on {len(train_passages)} + "
          f"{len(valid_passages)} training passages")
-    train_data = layer_inputs_and_targets(model, train_passages, layers)
-    valid_data = layer_inputs_and_targets(model, valid_passages, layers)
+    train_data = _layer_inputs_and_targets(model, train_passages, layers)
+    valid_data = _layer_inputs_and_targets(model, valid_passages, layers)
     indexers, training = {}, {}
     for layer in layers:
-        indexer = make_indexer(model, settings, layer)
-        steps, curve, flat = train_indexer(indexer, train_data[layer], valid_data[layer], settings, generator)
+        indexer = _make_indexer(model, settings, layer)
+        steps, curve, flat = _train_indexer(indexer, train_data[layer], valid_data[layer], settings, generator)
         indexers[layer] = indexer.eval().requires_grad_(False)
         training[str(layer)] = {"steps": steps, "validation_kl": curve, "stopped_flat": flat}
         step(f"  layer {layer}: {steps} steps, validation KL {curve[0]:.3f} -> {curve[-1]:.3f}"
              + ("" if flat else " (reached max_steps)"))
     del train_data, valid_data
     step(f"dense reading of {len(passages)} held-out passages with every layer's weights")
-    dense = dense_measures(model, passages, top_ks, indexers)
+    dense = _dense_measures(model, passages, top_ks, indexers)
     dense_losses = dense["losses"].double()
     mass_by_type, counts = _by_type(dense["topk"], types)
     window_by_type, _ = _by_type(dense["window"], types)
@@ -502,6 +519,29 @@ def measure(model, passages, train_passages, valid_passages, types, settings, pr
     }
     step("done")
     return record
+
+
+def _check_measure(model, passages, train_passages, valid_passages, types, settings):
+    """measure's arguments: a course decoder, token passages (N, T) of its vocabulary, the head types (L x H names) and
+    settings with the keys of SIZES['full'] whose indexer layers are the model's."""
+    check_course_decoder(model)
+    if not isinstance(settings, dict) or set(settings) != set(SIZES["full"]):
+        raise TypeError(f"settings must be a dict with the keys of SIZES['full'], got {type_name(settings)}")
+    for name, value in (("passages", passages), ("train_passages", train_passages), ("valid_passages", valid_passages)):
+        require_token_ids(name, value, 2)
+        if len(value) == 0 or value.shape[1] < 2 or int(value.min()) < 0 or int(value.max()) >= model.vocab_size:
+            raise ValueError(f"{name} must hold at least one passage of 2 or more ids of the model's vocabulary "
+                             f"0..{model.vocab_size - 1}, got shape {tuple(value.shape)}")
+    if len({passages.shape[1], train_passages.shape[1], valid_passages.shape[1]}) != 1:
+        raise ValueError("passages, train_passages and valid_passages must share one length T")
+    names = {name for name, _, _ in HEAD_TYPES} | {OTHER}
+    if (not isinstance(types, list) or len(types) != len(model.blocks)
+            or not all(isinstance(row, list) and len(row) == model.num_heads and set(row) <= names for row in types)):
+        raise ValueError(f"types must be {len(model.blocks)} lists of {model.num_heads} head types (head_types gives them)")
+    layers = settings["indexer_layers"]
+    if not isinstance(layers, list | tuple) or not layers or not all(
+            is_whole_number(n) and 0 <= n < len(model.blocks) for n in layers):
+        raise ValueError(f"settings['indexer_layers'] must be layer numbers of the model (0..{len(model.blocks) - 1})")
 
 
 def _tiny_model_and_passages(settings):

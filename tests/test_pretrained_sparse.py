@@ -1,6 +1,6 @@
-"""Lesson 18's SmolLM2 measurements (attn.models.pretrained_sparse): the top-k masses, the oracle's keep-mask against
-attn.sparse.topk_keep_mask, reading through k keys, the indexer's KL, the head types, the refusals, the tiny command
-and the shipped record where present."""
+"""Lesson 18's SmolLM2 measurements (attn.models.pretrained_sparse, its pieces in attn.models.topk_reading): the top-k
+masses, the oracle's keep-mask against attn.sparse.topk_keep_mask, reading through k keys, the indexer's KL, the head
+types, the refusals, the tiny command and the shipped record where present."""
 
 import json
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attn.models import pretrained_sparse as sparse
+from attn.models import topk_reading as topk
 from attn.models.llama import LlamaLM
 from attn.sparse import LightningIndexer, topk_keep_mask
 from tests.notebooks import ROOT
@@ -38,64 +39,64 @@ def passage(length=20, seed=1):
 
 def test_the_top_k_holds_everything_a_query_sees_when_k_reaches_it():
     weights = causal_weights()
-    assert torch.allclose(sparse.topk_mass_by_query(weights, 10), torch.ones(3, 10, dtype=torch.float64))
-    masses = sparse.topk_mass_by_query(weights, 4)  # queries 0 .. 3 see at most 4 keys
+    assert torch.allclose(topk.topk_mass_by_query(weights, 10), torch.ones(3, 10, dtype=torch.float64))
+    masses = topk.topk_mass_by_query(weights, 4)  # queries 0 .. 3 see at most 4 keys
     assert torch.allclose(masses[:, :4], torch.ones(3, 4, dtype=torch.float64))
     assert (masses[:, 4:] < 1 - 1e-6).all()
-    assert torch.allclose(sparse.window_mass_by_query(weights, 14), torch.ones(3, 10, dtype=torch.float64))
-    assert sparse.counted_queries(10, 4).tolist() == [False] * 4 + [True] * 6
+    assert torch.allclose(topk.window_mass_by_query(weights, 14), torch.ones(3, 10, dtype=torch.float64))
+    assert topk.counted_queries(10, 4).tolist() == [False] * 4 + [True] * 6
 
 
 def test_the_masses_of_every_k_at_once_are_each_k_alone():
     weights = causal_weights(length=12)
-    table = sparse._topk_masses(weights, [1, 3, 12])
+    table = topk._topk_masses(weights, [1, 3, 12])
     for index, k in enumerate((1, 3, 12)):
-        torch.testing.assert_close(table[..., index], sparse.topk_mass_by_query(weights, k))
+        torch.testing.assert_close(table[..., index], topk.topk_mass_by_query(weights, k))
 
 
 def test_the_oracle_mask_is_the_course_top_k_of_the_weights():
     weights = causal_weights(length=16)
     for k in (1, 3, 8, 16, 40):
-        assert torch.equal(sparse.oracle_keep_mask(weights, k), topk_keep_mask(weights, k))
-    held = (weights * sparse.oracle_keep_mask(weights, 3)).sum(dim=-1)
-    torch.testing.assert_close(held, sparse.topk_mass_by_query(weights, 3))
+        assert torch.equal(topk.oracle_keep_mask(weights, k), topk_keep_mask(weights, k))
+    held = (weights * topk.oracle_keep_mask(weights, 3)).sum(dim=-1)
+    torch.testing.assert_close(held, topk.topk_mass_by_query(weights, 3))
 
 
 def test_reading_every_key_is_dense_and_fewer_keys_change_the_loss():
     model, tokens = tiny_model(), passage()
-    dense = sparse.token_losses(model, tokens)
+    dense = topk.token_losses(model, tokens)
     with torch.no_grad():
         reference = torch.nn.functional.cross_entropy(model(tokens[None])[0][:-1], tokens[1:], reduction="none")
     torch.testing.assert_close(dense, reference, rtol=0, atol=1e-5)
-    torch.testing.assert_close(sparse.token_losses(model, tokens, sparse.reader("oracle", 20)), dense, rtol=0, atol=1e-5)
-    torch.testing.assert_close(sparse.token_losses(model, tokens, sparse.reader("window", 24)), dense, rtol=0, atol=1e-5)
+    torch.testing.assert_close(topk.token_losses(model, tokens, topk.reader("oracle", 20)), dense, rtol=0, atol=1e-5)
+    torch.testing.assert_close(topk.token_losses(model, tokens, topk.reader("window", 24)), dense, rtol=0, atol=1e-5)
     for arm in ("oracle", "window"):
-        changed = sparse.token_losses(model, tokens, sparse.reader(arm, 5))
+        changed = topk.token_losses(model, tokens, topk.reader(arm, 5))
         torch.testing.assert_close(changed[:4], dense[:4], rtol=0, atol=1e-5)  # the first 5 queries see at most 5 keys
         assert (changed - dense).abs().max() > 1e-4
-    only_first = sparse.token_losses(model, tokens, sparse.reader("oracle", 5, layers=(0,)))
+    only_first = topk.token_losses(model, tokens, topk.reader("oracle", 5, layers=(0,)))
     assert not torch.allclose(only_first, dense, atol=1e-4)
 
 
 def test_the_oracle_reads_better_than_the_window_on_a_model_with_sharp_heads():
     model = tiny_model()
     tokens = [passage(seed=seed) for seed in range(4)]
-    oracle = torch.stack([sparse.token_losses(model, t, sparse.reader("oracle", 5)) for t in tokens])
-    window = torch.stack([sparse.token_losses(model, t, sparse.reader("window", 5)) for t in tokens])
-    dense = torch.stack([sparse.token_losses(model, t) for t in tokens])
+    oracle = torch.stack([topk.token_losses(model, t, topk.reader("oracle", 5)) for t in tokens])
+    window = torch.stack([topk.token_losses(model, t, topk.reader("window", 5)) for t in tokens])
+    dense = torch.stack([topk.token_losses(model, t) for t in tokens])
     assert (oracle - dense).abs().mean() < (window - dense).abs().mean()
 
 
 def test_the_kl_is_zero_for_a_perfect_indexer_and_positive_otherwise():
     weights = causal_weights(heads=3, length=8)[None]  # (1, H, T, T)
-    target = sparse.head_summed_target(weights)  # (1, T, T)
+    target = topk.head_summed_target(weights)  # (1, T, T)
     torch.testing.assert_close(target.sum(dim=-1), torch.ones(1, 8, dtype=torch.float64))
     torch.testing.assert_close(target, weights.mean(dim=1))
     causal = torch.ones(8, 8, dtype=torch.bool).tril()
     perfect = target.log().masked_fill(~causal, 5.0)  # future keys' scores must not count
-    assert abs(sparse.indexer_kl(perfect, target).item()) < 1e-12
-    assert abs(sparse.indexer_kl(perfect + 3.0, target).item()) < 1e-12  # a shift changes no softmax
-    assert sparse.indexer_kl(torch.zeros_like(target), target).item() > 0.01
+    assert abs(topk.indexer_kl(perfect, target).item()) < 1e-12
+    assert abs(topk.indexer_kl(perfect + 3.0, target).item()) < 1e-12  # a shift changes no softmax
+    assert topk.indexer_kl(torch.zeros_like(target), target).item() > 0.01
 
 
 def test_training_brings_the_indexer_closer_to_the_layer_it_reads():
@@ -103,12 +104,12 @@ def test_training_brings_the_indexer_closer_to_the_layer_it_reads():
     other passages, so the validation passages here are the training ones)."""
     model = tiny_model()
     passages = torch.stack([passage(seed=seed) for seed in range(4)])
-    data = sparse._layer_inputs_and_targets(model, passages, (1,))[1]  # inputs (4, T, E), targets (4, T, T)
+    data = topk._layer_inputs_and_targets(model, passages, (1,))[1]  # inputs (4, T, E), targets (4, T, T)
     settings = dict(sparse.SIZES["tiny"], max_steps=20, patience=10)
     torch.manual_seed(0)
-    indexer = sparse._make_indexer(model, settings, 1)
+    indexer = topk._make_indexer(model, settings, 1)
     assert isinstance(indexer, LightningIndexer)
-    steps, curve, flat = sparse._train_indexer(indexer, data, data, settings, torch.Generator().manual_seed(0))
+    steps, curve, flat = topk._train_indexer(indexer, data, data, settings, torch.Generator().manual_seed(0))
     assert steps == 20 and len(curve) == 5 and curve[-1] < curve[0] - 0.01 and not flat
 
 
@@ -125,27 +126,27 @@ def test_head_types_follow_lesson_16s_thresholds_in_order():
 def test_hostile_arguments_are_refused_with_a_sentence():
     weights = causal_weights()
     with pytest.raises(TypeError, match="weights"):
-        sparse.topk_mass_by_query([[1.0]], 2)
+        topk.topk_mass_by_query([[1.0]], 2)
     with pytest.raises(ValueError, match="finite and >= 0"):
-        sparse.topk_mass_by_query(-weights, 2)
+        topk.topk_mass_by_query(-weights, 2)
     with pytest.raises(ValueError, match=r"\(\.\.\., T, T\)"):
-        sparse.oracle_keep_mask(weights[..., :4], 2)
+        topk.oracle_keep_mask(weights[..., :4], 2)
     with pytest.raises(ValueError, match="top_k"):
-        sparse.topk_mass_by_query(weights, 0)
+        topk.topk_mass_by_query(weights, 0)
     with pytest.raises(TypeError, match="top_k"):
-        sparse.oracle_keep_mask(weights, True)
+        topk.oracle_keep_mask(weights, True)
     with pytest.raises(ValueError, match="more than sink_tokens"):
-        sparse.window_mass_by_query(weights, 4)
+        topk.window_mass_by_query(weights, 4)
     with pytest.raises(ValueError, match="rise and not repeat"):
-        sparse._check_top_ks([8, 4])
+        topk._check_top_ks([8, 4])
     with pytest.raises(ValueError, match="arm must be one of"):
-        sparse.reader("random", 8)
+        topk.reader("random", 8)
     with pytest.raises(ValueError, match="needs an indexer"):
-        sparse.reader("indexer", 8, layers=(0,))
+        topk.reader("indexer", 8, layers=(0,))
     with pytest.raises(ValueError, match="vocabulary"):
-        sparse.token_losses(tiny_model(), torch.full((6,), 64))
+        topk.token_losses(tiny_model(), torch.full((6,), 64))
     with pytest.raises(ValueError, match="share one shape"):
-        sparse.indexer_kl(torch.zeros(1, 4, 4), torch.zeros(1, 4, 5))
+        topk.indexer_kl(torch.zeros(1, 4, 4), torch.zeros(1, 4, 5))
     with pytest.raises(ValueError, match="size must be one of full, tiny"):
         sparse.run("out", size="huge")
 

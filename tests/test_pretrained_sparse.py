@@ -189,3 +189,24 @@ def test_the_shipped_record():
     for layer in settings["indexer_layers"]:
         assert record["indexer"]["training"][str(layer)]["stopped_flat"]
     assert RESULTS.stat().st_size < 300_000
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="the measurement has not been shipped in this tree")
+def test_the_shipped_record_holds_what_its_numbers_say():
+    """Per k, the oracle's top-k holds more weight than the window and sinks and loses less (paired over passages), and
+    both close on dense as k grows; the distilled indexer lands between the oracle and the window."""
+    record = json.loads(RESULTS.read_text())
+    mass = record["mass"]
+    assert all(a > b for a, b in zip(mass["topk_by_type"]["all"], mass["window_by_type"]["all"], strict=True))
+    loss = record["loss"]
+    for k in map(str, record["top_ks"]):
+        assert loss["window"][k]["minus_oracle"]["low"] > 0 and loss["oracle"][k]["minus_dense"]["low"] > 0
+    excess = [loss["oracle"][str(k)]["minus_dense"]["mean"] for k in record["top_ks"]]
+    assert excess == sorted(excess, reverse=True)
+    for k in map(str, record["indexer"]["top_ks"]):
+        indexed = record["indexer"]["loss"]["indexer"][k]
+        assert indexed["minus_oracle"]["low"] > 0 and indexed["minus_window"]["high"] < 0
+    for layer, parts in record["indexer"]["mass"].items():
+        assert all(w < i <= s + 1e-4 <= p + 2e-4 for w, i, s, p in zip(parts["window"], parts["indexer"],
+                                                                         parts["shared_oracle"], parts["per_head_oracle"],
+                                                                         strict=True)), layer

@@ -1,7 +1,7 @@
 """SmolLM2-135M read through top-k attention (lesson 18): how much of each head's weight its k best keys hold, what
 the loss is when every layer reads only k keys, and a distilled lightning indexer. One seeded command:
 
-    python -m attn.models.pretrained_sparse --out lessons/models        # about 20 minutes, one thread
+    python -m attn.models.pretrained_sparse --out lessons/models        # 25 to 40 minutes, one thread (see below)
     python -m attn.models.pretrained_sparse --out DIR --size tiny       # seconds: a small random LlamaLM
 
 reads the converted model (``attn.pretrained.load()``), the corpus (``python -m attn.corpus``) and lesson 16's record
@@ -24,6 +24,11 @@ passages of Persuasion, the novel lessons 13 to 17 hold out. Three measures:
    queries and its keys. Then, on the held-out passages, the share of the dense weight its top-k holds (one choice
    for all heads of the layer, as in DSA) against the per-head oracle's, the best shared choice's and the window's,
    and the loss when those layers (only) read the indexer's top-k, the oracle's top-k or a window plus sinks.
+
+Cost: the shipped record took 2,497 s (42 minutes) on one thread of a 2-core CPU shared with other work (the process
+had about 57% of a core, so roughly 24 minutes alone): 508 s for the indexers (their training data and training),
+about 330 s for the dense reading, about 970 s for the oracle on every layer (it runs each layer twice: once for its
+weights, once masked), 340 s for the window and 355 s for the indexers' losses.
 """
 
 import argparse
@@ -383,7 +388,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog=COMMAND, description="Read SmolLM2-135M through top-k attention: the oracle's "
                                      "mass, the loss per key read, and a distilled lightning indexer.")
     parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
-    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full (about 20 minutes) or tiny (seconds)")
+    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full (25 to 40 minutes) or tiny (seconds)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     try:

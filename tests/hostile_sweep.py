@@ -85,6 +85,8 @@ EXEMPT = {
     "attn.models.long_context, swept); it checks size, out and progress before loading anything",
     "attn.models.pretrained_length.run": "reads SmolLM2 past 8,192 positions for minutes (python -m "
     "attn.models.pretrained_length, swept); it checks size, out and progress before loading anything",
+    "attn.models.pretrained_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "
+    "attn.models.pretrained_sparse, swept); it checks size, out and progress before loading anything",
     "attn.models.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m attn.models.position_runs, swept)",
     # Records: named tuples the GGUF reader fills with values it has checked. read_header and tensor_bytes take
     # the learner's input (swept, and fuzzed in test_gguf.py); tensor_bytes refuses a record not the file's own.

@@ -28,6 +28,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson16,
     lesson17,
     lesson18,
+    lesson19,
     primer,
 )
 from attn.course.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

@@ -173,7 +173,7 @@ TENSOR_NAMES = {
     "tokens", "positions", "targets", "keys", "values", "matrix", "state", "initial_state", "beta", "alpha", "grad_output",
     "query_positions", "key_positions", "logsumexp", "row_max", "row_sum", "sink_logits", "scaled_logits", "key_padding_mask",
     "prompt", "sequences", "data", "angles", "cos_sin", "output", "outputs", "learned_sinks", "a", "b", "weight",
-    "index_scores", "query_latent",
+    "index_scores", "query_latent", "gates", "block_keep", "compressed_weights",
 }
 INT_NAMES = {
     "length", "window", "embed_dim", "num_heads", "seed", "steps", "repeats", "sink_tokens", "head_dim", "vocab_size",
@@ -184,6 +184,7 @@ INT_NAMES = {
     "start_step", "position", "n_examples", "n_pairs", "new_token", "num_merges", "bin_size", "held_out_tokens",
     "passage_length", "passages", "train_tokens", "size", "d_k", "new_tokens", "head", "block_start", "every", "q_position",
     "k_position", "digits", "minimum", "maximum", "limit", "element_size", "bytes_per_element", "target_layer", "nbytes",
+    "block_count", "top_blocks",
 }
 FLOAT_NAMES = {
     "temperature", "dropout", "dropout_p", "base", "rotary_base", "rope_base", "scaling", "learning_rate", "top_p", "eps",
@@ -302,6 +303,9 @@ GOOD_BY_NAME = {
     "attention": lambda paths: importlib.import_module("attn").MultiHeadAttention(8, 2),  # a layer to wrap (E = 8)
     "query_latent_dim": 8,  # LightningIndexer: its query latent, read from a plain (2, 4, 8) tensor
     "scaling": None,  # LatentAttention's score scale, or a rotary scaling dict (lesson 17): None is plain for both
+    # attn.block_sparse (lesson 18), with (1, 2, 4, 8) heads, blocks of 2 and no window: two gates, two blocks
+    "gates": lambda paths: torch.rand(1, 2, 4, 2), "compressed_weights": lambda paths: torch.rand(1, 2, 4, 2),
+    "block_keep": lambda paths: torch.ones(1, 2, 4, 2, dtype=torch.bool),
 }
 GOOD_BY_KIND = {
     "tensor": lambda paths: torch.randn(*paths.get("shape", (2, 4, 8))),

@@ -27,16 +27,10 @@ from attn.models.sparse_runs import (
 
 matplotlib.use("Agg")
 SHIPPED = Path(__file__).resolve().parent.parent / "lessons" / "models" / RESULTS_NAME
-HAS_NSA = True
-try:
-    sparse_runs._nsa_class()
-except ValueError:
-    HAS_NSA = False
-BUILT = [arm for arm in ARMS if arm != "nsa" or HAS_NSA]
 
 
 @pytest.mark.parametrize("task", ["recall", "induction"])
-@pytest.mark.parametrize("arm", BUILT)
+@pytest.mark.parametrize("arm", ARMS)
 def test_every_mixer_keeps_the_shape_and_never_reads_the_future(arm, task):
     torch.manual_seed(0)
     mixer = make_mixer(arm, task)
@@ -188,7 +182,7 @@ def test_the_shipped_record_has_every_arm_on_both_tasks_over_five_seeds():
     assert record["seeds"] == [0, 1, 2, 3, 4] and record["top_k"] == TOP_K
     for task in ("recall", "induction"):
         entry = record["tasks"][task]
-        assert set(entry["runs"]) == set(record["arms"]) >= set(ARMS) - {"nsa"}
+        assert set(entry["runs"]) == set(record["arms"]) == set(ARMS)
         for arm, run in entry["runs"].items():
             assert len(run["accuracy"]) == len(run["steps"]) == len(run["stopped"]) == 5
             assert all(0 <= value <= 1 for value in run["accuracy"])

@@ -215,7 +215,8 @@ def seed_dots(accuracies, title, axes=None, xlabel="held-out accuracy"):
 
 def _seed_dots_shape(accuracies):
     """The tasks and arms of ``seed_dots``' argument, checked."""
-    if not isinstance(accuracies, dict) or not accuracies or not all(isinstance(runs, dict) and runs for runs in accuracies.values()):
+    if not isinstance(accuracies, dict) or not accuracies or not all(
+            isinstance(runs, dict) and runs for runs in accuracies.values()):
         raise TypeError("accuracies must be a dict {task: {arm: [accuracy per seed]}} with at least one task and arm")
     tasks = list(accuracies)
     arms = list(accuracies[tasks[0]])

@@ -142,7 +142,8 @@ class RecallStack(nn.Module):
     def __init__(self, kinds, n_keys, n_values):
         super().__init__()
         if not isinstance(kinds, list | tuple) or not kinds:
-            raise TypeError(f"kinds must be a non-empty list of mixer names ({', '.join(self.mixer_kinds)}), got {type_name(kinds)}")
+            raise TypeError(f"kinds must be a non-empty list of mixer names ({', '.join(self.mixer_kinds)}), "
+                            f"got {type_name(kinds)}")
         for kind in kinds:
             require_choice("each of kinds", kind, self.mixer_kinds)
         n_keys, n_values = positive_int("n_keys", n_keys), positive_int("n_values", n_values)

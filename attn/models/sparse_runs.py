@@ -17,8 +17,9 @@ The arms, each a token mixer at compressed_recall's sizes (E = 32, 4 heads of 8)
   divergence from the dense attention's weights (the same queries and keys over every earlier key, summed over
   the heads and renormalised, detached) to the softmax of its index scores, its input detached, added to the
   task's loss. Nothing else reaches the indexer: the top-k choice is a mask, so it passes no gradient back;
-- ``nsa``: Native Sparse Attention (attn.nsa.NativeSparseAttention): compressed blocks, selected blocks and a
-  window, sized so that the keys it reads come as close to TOP_K as its shapes allow (the record says how many);
+- ``nsa``: Native Sparse Attention (attn.block_sparse.NativeSparseAttention): compressed blocks, selected blocks
+  and a window, sized so that the keys it reads come as close to TOP_K as its shapes allow: blocks of 4, one
+  selected block, no window branch, 25 // 4 + 4 = 10 keys for recall's last query (``nsa_keys_read``);
 - ``mla`` and ``delta``: lesson 15's latent attention and gated delta rule, exactly as lesson 15 sized them
   (compressed_recall.make_mixer and cache_numbers_per_token): MLA caches r + d_rope = 16 numbers per token, as
   many as multi-query attention; the delta rule caches no token at all, only its fixed 4 x 8 x 8 memory per layer.
@@ -26,8 +27,11 @@ The arms, each a token mixer at compressed_recall's sizes (E = 32, 4 heads of 8)
   query and every token writes.
 
 Keys read per query and cache numbers are recorded for each arm at each task's length (``keys_read``,
-``cache_numbers``). Every run trains until its validation loss stops falling, by each lesson's own rule and loop
-(compressed_recall.train_and_test; window_induction._train_until_flat), or at a cap the record then names; the
+``cache_numbers``). Every run trains until its validation loss stops falling, through each lesson's own loop
+(compressed_recall.train_and_test; window_induction._train_until_flat) and by lesson 15's rule for both: every 250
+steps the validation loss is measured, and training stops once it has not fallen 0.01 below its best for PATIENCE
+measurements in a row, or at the task's cap (3,000 steps for recall, INDUCTION_MAX_STEPS for induction), which the
+record then says (``steps``, ``stopped``). Cost: see the record's ``seconds`` and ``workers``. The
 same seeds draw the same data and the same embeddings for every arm, so arms are compared seed by seed: the
 paired differences (each arm minus dense, and minus window+sinks) with 95% t-intervals (attn.common.stats).
 """
@@ -35,14 +39,19 @@ paired differences (each arm minus dense, and minus window+sinks) with 95% t-int
 import argparse
 import json
 import math
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from attn.block_sparse import NativeSparseAttention
 from attn.common.arguments import whole_number_argument
 from attn.common.destinations import folder_argument, write_text
+from attn.common.layer_checks import check_sequence
 from attn.common.stats import describe, paired_interval
 from attn.common.validate import require_choice, require_finite, require_tensor, type_name, whole_number
 from attn.models import compressed_recall, window_induction
@@ -57,13 +66,14 @@ TASKS = ("recall", "induction")
 SEEDS = (0, 1, 2, 3, 4)
 TOP_K, SINKS = 8, 2  # keys read per query; window+sinks: 2 sinks and the last 6 keys
 INDEXER_HEADS, INDEXER_DIM = 2, 8  # the lightning indexer: 2 heads of 8, one shared key of 8 per token, no rotary
-NSA_BLOCK, NSA_BLOCKS, NSA_WINDOW = 4, 1, 2  # NSA: blocks of 4 tokens, 1 selected, a window of 2 (see nsa_keys_read)
+NSA_BLOCK, NSA_BLOCKS, NSA_WINDOW = 4, 1, None  # NSA: blocks of 4 tokens, 1 selected, no window branch (see nsa_keys_read)
 RECALL_TASK = CACHE_TASK  # lesson 15's: 24 pairs from 48 keys and 32 values, 25 tokens
 RECALL_LENGTH = RECALL_TASK["n_pairs"] + 1
 INDUCTION_LENGTH = 24  # lesson 14's task, shortened from 40 tokens: d from 2 to 12
 INDUCTION_LAYERS = 2  # an induction head needs two layers (lesson 11)
-RECALL_MAX_STEPS, INDUCTION_MAX_STEPS = compressed_recall.MAX_STEPS, 6000
+RECALL_MAX_STEPS, INDUCTION_MAX_STEPS = compressed_recall.MAX_STEPS, 4000
 TEST_PER_DISTANCE = 100
+PATIENCE = compressed_recall.PATIENCE  # one stopping rule for both tasks: lesson 15's
 
 
 # The mixers --------------------------------------------------------------------------------------------------
@@ -143,6 +153,8 @@ class DSAMixer(nn.Module):
     def heads(self, x):
         """x (B, T, E) -> q, k, v (B, H, T, d): the layer's projections, split into heads."""
         attention = self.attention
+        check_sequence("x", x, attention.embed_dim, attention.query_proj.weight)
+        require_finite("x", x)
         q = split_heads(attention.query_proj(x), attention.num_heads)
         k = split_heads(attention.key_proj(x), attention.num_kv_heads)
         v = split_heads(attention.value_proj(x), attention.num_kv_heads)
@@ -166,15 +178,6 @@ class DSAMixer(nn.Module):
         return _WithLoss.apply(output, kl)
 
 
-def _nsa_class():
-    try:
-        from attn.nsa import NativeSparseAttention
-    except ImportError:
-        raise ValueError("the nsa arm needs attn.nsa.NativeSparseAttention (lesson 18's NSA layer), "
-                         "which this checkout does not have") from None
-    return NativeSparseAttention
-
-
 def make_mixer(arm, task):
     """The token mixer of ``arm`` for ``task`` ("recall" or "induction"), at E = 32, 4 heads of 8."""
     require_choice("arm", arm, ARMS)
@@ -186,7 +189,7 @@ def make_mixer(arm, task):
     if arm == "dsa":
         return DSAMixer(EMBED, HEADS)
     if arm == "nsa":
-        return _nsa_class()(EMBED, HEADS, HEADS, NSA_BLOCK, NSA_BLOCKS, NSA_WINDOW)
+        return NativeSparseAttention(EMBED, HEADS, HEADS, NSA_BLOCK, NSA_BLOCKS, NSA_WINDOW)
     if arm == "mla":
         return compressed_recall.make_mixer("mla")
     return compressed_recall.make_mixer("delta" if task == "recall" else "delta-write")
@@ -196,9 +199,14 @@ def make_mixer(arm, task):
 
 
 def nsa_keys_read(length):
-    """Keys NSA's last query reads in ``length`` tokens: its compressed blocks, its selected blocks' tokens, its window."""
+    """Keys NSA's last query reads in ``length`` tokens, counted as compressed blocks + selected blocks x block size
+    + window: T // NSA_BLOCK block means and NSA_BLOCKS blocks (no window branch here). The fewest NSA allows near
+    TOP_K: its compressed branch alone sees T / block_size means, and the blocks it must select come first (the
+    query's own block, then the previous one and the first, fla's rule), so with one selected block that block is the
+    query's own (its tokens up to the query: 1 to NSA_BLOCK of them) and no block is chosen by its score."""
     length = whole_number("length", length, minimum=1, maximum=2**40)
-    return length // NSA_BLOCK + min(NSA_BLOCKS * NSA_BLOCK, length) + min(NSA_WINDOW, length)
+    window = 0 if NSA_WINDOW is None else min(NSA_WINDOW, length)
+    return length // NSA_BLOCK + NSA_BLOCKS * NSA_BLOCK + window
 
 
 def keys_read(arm, length):
@@ -277,7 +285,7 @@ def induction_run(arm, seed, max_steps=INDUCTION_MAX_STEPS, per_distance=TEST_PE
     whole_number("max_steps", max_steps, minimum=1, maximum=10**6)
     whole_number("per_distance", per_distance, minimum=1, maximum=100_000)
     model = induction_model(arm, seed, length)
-    steps, curve, stopped = window_induction._train_until_flat(model, seed, max_steps, length=length)
+    steps, curve, stopped = window_induction._train_until_flat(model, seed, max_steps, patience=PATIENCE, length=length)
     by_distance = window_induction._accuracy(model, per_distance, length)
     model.train()
     return {"accuracy": round(sum(by_distance) / len(by_distance), 3),
@@ -291,6 +299,11 @@ def induction_run(arm, seed, max_steps=INDUCTION_MAX_STEPS, per_distance=TEST_PE
 
 def compare(runs, arms, against):
     """Paired differences of accuracy, each arm minus ``against``: {arm: {mean, low, high, words}} over the seeds."""
+    require_choice("against", against, ARMS)
+    if not isinstance(arms, list | tuple) or not all(isinstance(arm, str) and arm in ARMS for arm in arms):
+        raise TypeError(f"arms must be a list of arm names from {', '.join(ARMS)}, got {type_name(arms)} {arms!r:.60}")
+    if not isinstance(runs, dict) or not all(isinstance(run, dict) and "accuracy" in run for run in runs.values()):
+        raise TypeError(f"runs must be a dict {{arm: {{'accuracy': [one per seed], ...}}}}, got {type_name(runs)}")
     if against not in runs:
         return {}
     comparisons = {}
@@ -315,9 +328,41 @@ def _gather(results, arm, length):
     return gathered
 
 
+def _job(arguments):
+    """One run, in a worker: (task, arm, seed, max_steps, per_distance) -> its result. One thread, as in main."""
+    task, arm, seed, max_steps, per_distance = arguments
+    torch.set_num_threads(1)
+    if task == "recall":
+        return recall_run(arm, seed, max_steps)
+    return induction_run(arm, seed, max_steps, per_distance)
+
+
+class _InProcess:
+    """A pool of no worker processes: map runs the jobs here, one after another."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @staticmethod
+    def map(function, items):
+        return map(function, items)
+
+
+def _pool(workers):
+    """``workers`` processes (spawned: each imports the course afresh), or this process alone for 1."""
+    if workers == 1:
+        return _InProcess()
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
 def run_all(out, arms=ARMS, seeds=SEEDS, recall_max_steps=RECALL_MAX_STEPS, induction_max_steps=INDUCTION_MAX_STEPS,
-            per_distance=TEST_PER_DISTANCE, progress=print):
-    """Every arm on both tasks with every seed; writes ``out``/RESULTS_NAME and returns the record."""
+            per_distance=TEST_PER_DISTANCE, workers=1, progress=print):
+    """Every arm on both tasks with every seed; writes ``out``/RESULTS_NAME and returns the record.
+
+    Each run is seeded and single-threaded, so ``workers`` processes give the same record as one, sooner."""
     record = {"arms": list(arms), "seeds": list(seeds), "top_k": TOP_K, "sinks": SINKS,
               "indexer": {"heads": INDEXER_HEADS, "head_dim": INDEXER_DIM, "rope_dim": 0},
               "nsa": {"block_size": NSA_BLOCK, "block_count": NSA_BLOCKS, "window": NSA_WINDOW},
@@ -329,23 +374,24 @@ def run_all(out, arms=ARMS, seeds=SEEDS, recall_max_steps=RECALL_MAX_STEPS, indu
                   "induction": {"length": INDUCTION_LENGTH, "layers": INDUCTION_LAYERS, "vocab_size": window_induction.VOCAB_SIZE,
                                 "distances": list(range(window_induction.MIN_DISTANCE, INDUCTION_LENGTH // 2 + 1)),
                                 "per_distance": per_distance, "max_steps": induction_max_steps,
-                                "stopping": {"eval_every": window_induction.EVAL_EVERY, "patience": window_induction.PATIENCE,
+                                "stopping": {"eval_every": window_induction.EVAL_EVERY, "patience": PATIENCE,
                                              "min_gain": window_induction.MIN_GAIN}, "runs": {}}}}
-    started = time.perf_counter()
+    jobs = [(task, arm, seed) for task in reversed(TASKS) for arm in arms for seed in seeds]  # the longer runs first
+    caps = {"recall": recall_max_steps, "induction": induction_max_steps}
+    results, started = {}, time.perf_counter()
+    with _pool(workers) as pool:
+        for job, result in zip(jobs, pool.map(_job, [(*job, caps[job[0]], per_distance) for job in jobs]), strict=True):
+            results[job] = result
+            progress(f"{job[0]:>9} {job[1]:>12} seed {job[2]}: accuracy {result['accuracy']:.3f} after "
+                     f"{result['steps']} steps ({time.perf_counter() - started:.0f} s)")
     for task, length in (("recall", RECALL_LENGTH), ("induction", INDUCTION_LENGTH)):
         runs = record["tasks"][task]["runs"]
         for arm in arms:
-            if task == "recall":
-                results = [recall_run(arm, seed, recall_max_steps) for seed in seeds]
-            else:
-                results = [induction_run(arm, seed, induction_max_steps, per_distance) for seed in seeds]
-            runs[arm] = _gather(results, arm, length)
-            progress(f"{task:>9} {arm:>12}: accuracy {runs[arm]['accuracy']} after {runs[arm]['steps']} steps "
-                     f"({time.perf_counter() - started:.0f} s)")
+            runs[arm] = _gather([results[task, arm, seed] for seed in seeds], arm, length)
         if len(seeds) >= 2:
             record["tasks"][task]["versus_dense"] = compare(runs, arms, "dense")
             record["tasks"][task]["versus_window"] = compare(runs, arms, "window+sinks")
-    record["seconds"] = round(time.perf_counter() - started)
+    record["seconds"], record["workers"] = round(time.perf_counter() - started), workers
     Path(out).mkdir(parents=True, exist_ok=True)
     write_text(Path(out) / RESULTS_NAME, json.dumps(record, indent=1) + "\n")
     return record
@@ -359,6 +405,7 @@ def _arm(text):
 
 SEEDS_ARGUMENT = whole_number_argument("--seeds", 1, 100, "each seed trains every arm on both tasks again")
 STEPS_ARGUMENT = whole_number_argument("--max-steps", 1, 100_000, "a run stops earlier once its loss stops falling")
+WORKERS_ARGUMENT = whole_number_argument("--workers", 1, os.cpu_count() or 1, f"this machine has {os.cpu_count() or 1} cores")
 PER_DISTANCE_ARGUMENT = whole_number_argument("--per-distance", 1, 10_000, "test sequences per distance")
 
 
@@ -375,17 +422,17 @@ def main(argv=None):
                              "for induction)")
     parser.add_argument("--per-distance", type=PER_DISTANCE_ARGUMENT, default=TEST_PER_DISTANCE,
                         help=f"induction test sequences per distance (default {TEST_PER_DISTANCE})")
+    parser.add_argument("--workers", type=WORKERS_ARGUMENT, default=1,
+                        help="processes that train runs side by side, one thread each (default 1; the record is the same)")
     args = parser.parse_args(argv)
     if len(set(args.arms)) != len(args.arms):
         parser.error(f"--arms names an arm twice: {' '.join(args.arms)}")
     if args.max_steps is not None and args.max_steps > RECALL_MAX_STEPS:
         parser.error(f"--max-steps must be at most {RECALL_MAX_STEPS} (the recall task's cap), got {args.max_steps}")
-    if "nsa" in args.arms:
-        _nsa_class()  # before any work: a clear sentence if the layer is missing
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     recall_cap = RECALL_MAX_STEPS if args.max_steps is None else args.max_steps
     induction_cap = INDUCTION_MAX_STEPS if args.max_steps is None else args.max_steps
-    run_all(args.out, tuple(args.arms), tuple(range(args.seeds)), recall_cap, induction_cap, args.per_distance)
+    run_all(args.out, tuple(args.arms), tuple(range(args.seeds)), recall_cap, induction_cap, args.per_distance, args.workers)
 
 
 if __name__ == "__main__":

@@ -153,6 +153,7 @@ def test_the_command_refuses_hostile_arguments_with_a_sentence(capsys, tmp_path)
     (lambda: cache_numbers("mla", 2.5), TypeError, "length must be a whole number"),
     (lambda: indexer_kl(torch.zeros(2, 3, 3), torch.zeros(2, 1, 3, 4)), ValueError, "must be (B, T, T)"),
     (lambda: indexer_kl(torch.zeros(1, 2, 2), torch.full((1, 1, 2, 2), float("nan"))), ValueError, "NaN"),
+    (lambda: indexer_kl(torch.full((1, 2, 2), float("nan")), torch.zeros(1, 1, 2, 2)), ValueError, "NaN or +inf"),
     (lambda: induction_model("dense", seed=-1), ValueError, "seed must be"),
     (lambda: WindowSinksMixer(32, 4, top_k=4, sinks=4), ValueError, "sinks must be"),
     (lambda: compare({"dense": {"accuracy": [1.0]}, "dsa": {"accuracy": [0.5]}}, ["dsa"], "dense"), ValueError,

@@ -181,8 +181,8 @@ def weight_bars(weights, labels, title, ax=None, highlight=None):
 
 
 def seed_dots(accuracies, title, axes=None, xlabel="held-out accuracy"):
-    """One panel per task, one row per arm: each seed's accuracy as a dot, the mean as a bar mark and the 95%
-    interval of the mean (Student's t over the seeds, attn.common.stats) as a line through it.
+    """One panel per task, one row per arm: each seed's accuracy as a blue dot, the mean as a black bar mark and
+    the 95% interval of the mean (Student's t over the seeds, attn.common.stats) as a grey line through it.
 
     accuracies: {task: {arm: [accuracy per seed]}}, every task with the same arms in the same order, every
     list of at least two finite numbers from 0 to 1 (lesson 18 passes the runs of attn.models.sparse_runs).
@@ -202,7 +202,7 @@ def seed_dots(accuracies, title, axes=None, xlabel="held-out accuracy"):
             values = [float(value) for value in accuracies[task][arm]]
             mean, low, high = paired_interval(values, [0.0] * len(values))
             ax.hlines(row, max(low, 0.0), min(high, 1.0), color=GUIDE, linewidth=2, zorder=1)
-            ax.scatter(values, [row] * len(values), color=PALETTE[row % len(PALETTE)], s=28, alpha=0.75, zorder=2)
+            ax.scatter(values, [row] * len(values), color=PALETTE[0], s=28, alpha=0.7, zorder=2)
             ax.scatter([mean], [row], marker="|", s=260, linewidths=2.5, color=PALETTE[4], zorder=3)
         ax.set(xlim=(-0.03, 1.03), title=task, xlabel=xlabel)
         ax.set_xticks([0, 0.5, 1], labels=["0", "0.5", "1"])

@@ -122,6 +122,8 @@ def indexer_kl(index_scores, attention_weights):
         raise ValueError(f"index_scores must be (B, T, T) and attention_weights (B, H, T, T), got "
                          f"{tuple(index_scores.shape)} and {tuple(attention_weights.shape)}")
     require_finite("attention_weights", attention_weights)
+    if index_scores.is_floating_point() and bool((index_scores.isnan() | (index_scores == math.inf)).any()):
+        raise ValueError("index_scores hold NaN or +inf: the loss would be NaN (-inf is allowed: a key given no chance)")
     if not index_scores.is_floating_point() or attention_weights.dtype != index_scores.dtype:
         raise TypeError(f"index_scores and attention_weights must share one floating dtype, got {index_scores.dtype} "
                         f"and {attention_weights.dtype}")

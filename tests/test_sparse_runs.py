@@ -1,4 +1,4 @@
-"""Lesson 18's side-by-side runs (attn.models.sparse_runs): the mixers, what they read, the indexer's loss, the record."""
+"""Lesson 18's side-by-side runs (attn.models.sparse_runs and sparse_mixers): mixers, keys read, the indexer's loss, record."""
 
 import json
 from pathlib import Path
@@ -9,21 +9,9 @@ import torch
 
 from attn.common.plotting import seed_dots
 from attn.models import sparse_runs
-from attn.models.sparse_runs import (
-    ARMS,
-    RESULTS_NAME,
-    SINKS,
-    TOP_K,
-    DSAMixer,
-    WindowSinksMixer,
-    cache_numbers,
-    compare,
-    indexer_kl,
-    induction_model,
-    keys_read,
-    main,
-    make_mixer,
-)
+from attn.models.sparse_mixers import SINKS, TOP_K, DSAMixer, WindowSinksMixer, indexer_kl
+from attn.models.sparse_runs import ARMS, RESULTS_NAME, cache_numbers, compare, induction_model, keys_read, main, make_mixer
+from attn.multihead import explicit_attention
 
 matplotlib.use("Agg")
 SHIPPED = Path(__file__).resolve().parent.parent / "lessons" / "models" / RESULTS_NAME
@@ -90,7 +78,7 @@ def test_only_the_indexer_loss_trains_the_indexer_and_it_trains_nothing_else():
     mixer.zero_grad()
     index_scores = mixer.indexer(x.detach(), x.detach())
     q, k, v = mixer.heads(x)
-    _, dense = sparse_runs.explicit_attention(q.detach(), k.detach(), v.detach(), is_causal=True)
+    _, dense = explicit_attention(q.detach(), k.detach(), v.detach(), is_causal=True)
     indexer_kl(index_scores, dense).backward()
     for name, parameter in mixer.indexer.named_parameters():
         assert torch.allclose(with_loss[f"indexer.{name}"], parameter.grad, atol=1e-6), name

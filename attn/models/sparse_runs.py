@@ -11,12 +11,9 @@ The arms, each a token mixer at compressed_recall's sizes (E = 32, 4 heads of 8)
 - ``dense``: the course's MultiHeadAttention; every query reads every earlier key;
 - ``window+sinks``: the same layer with a window of TOP_K - SINKS keys and SINKS sink tokens (lesson 14):
   every query from position TOP_K - 1 on reads exactly TOP_K keys, the first SINKS and its last TOP_K - SINKS;
-- ``dsa``: DeepSeek Sparse Attention (DeepSeek-V3.2): a small lightning indexer (attn.sparse.LightningIndexer,
-  its query latent the layer's input itself) scores every earlier key and the attention reads the TOP_K best
-  (attn.sparse.topk_attention, every head the same keys). The indexer learns as DeepSeek-V3.2 trains it: a KL
-  divergence from the dense attention's weights (the same queries and keys over every earlier key, summed over
-  the heads and renormalised, detached) to the softmax of its index scores, its input detached, added to the
-  task's loss. Nothing else reaches the indexer: the top-k choice is a mask, so it passes no gradient back;
+- ``dsa``: DeepSeek Sparse Attention (attn.models.sparse_mixers.DSAMixer): a small lightning indexer scores every
+  earlier key and the attention reads the TOP_K best; the indexer learns only from DeepSeek-V3.2's KL loss against
+  the dense attention's weights, added to the task's loss (the top-k choice passes it no gradient);
 - ``nsa``: Native Sparse Attention (attn.block_sparse.NativeSparseAttention): compressed blocks, selected blocks
   and a window, sized so that the keys it reads come as close to TOP_K as its shapes allow: blocks of 4, one
   selected block, no window branch, 25 // 4 + 4 = 10 keys for recall's last query (``nsa_keys_read``);
@@ -37,8 +34,8 @@ paired differences (each arm minus dense, and minus window+sinks) with 95% t-int
 """
 
 import argparse
+import contextlib
 import json
-import math
 import multiprocessing
 import os
 import time
@@ -51,21 +48,17 @@ from torch import nn
 from attn.block_sparse import NativeSparseAttention
 from attn.common.arguments import whole_number_argument
 from attn.common.destinations import folder_argument, write_text
-from attn.common.layer_checks import check_sequence
 from attn.common.stats import describe, paired_interval
-from attn.common.validate import require_choice, require_finite, require_tensor, type_name, whole_number
+from attn.common.validate import require_choice, type_name, whole_number
 from attn.models import compressed_recall, window_induction
 from attn.models.compressed_recall import CACHE_TASK, EMBED, HEAD_DIM, HEADS, RecallStack, cache_numbers_per_token
 from attn.models.decoder import Decoder
-from attn.multihead import MultiHeadAttention, explicit_attention, merge_heads, split_heads
-from attn.sparse import LightningIndexer, topk_attention
+from attn.models.sparse_mixers import INDEXER_DIM, INDEXER_HEADS, SINKS, TOP_K, DSAMixer, WindowSinksMixer
 
 RESULTS_NAME = "sparse_runs.json"
 ARMS = ("dense", "window+sinks", "dsa", "nsa", "mla", "delta")
 TASKS = ("recall", "induction")
 SEEDS = (0, 1, 2, 3, 4)
-TOP_K, SINKS = 8, 2  # keys read per query; window+sinks: 2 sinks and the last 6 keys
-INDEXER_HEADS, INDEXER_DIM = 2, 8  # the lightning indexer: 2 heads of 8, one shared key of 8 per token, no rotary
 NSA_BLOCK, NSA_BLOCKS, NSA_WINDOW = 4, 1, None  # NSA: blocks of 4 tokens, 1 selected, no window branch (see nsa_keys_read)
 RECALL_TASK = CACHE_TASK  # lesson 15's: 24 pairs from 48 keys and 32 values, 25 tokens
 RECALL_LENGTH = RECALL_TASK["n_pairs"] + 1
@@ -74,110 +67,6 @@ INDUCTION_LAYERS = 2  # an induction head needs two layers (lesson 11)
 RECALL_MAX_STEPS, INDUCTION_MAX_STEPS = compressed_recall.MAX_STEPS, 4000
 TEST_PER_DISTANCE = 100
 PATIENCE = compressed_recall.PATIENCE  # one stopping rule for both tasks: lesson 15's
-
-
-# The mixers --------------------------------------------------------------------------------------------------
-
-
-class WindowSinksMixer(nn.Module):
-    """The course's MultiHeadAttention with a window of ``top_k - sinks`` keys and ``sinks`` sink tokens, causal.
-    x (B, T, E) -> (B, T, E); the query at position p >= top_k - 1 reads exactly top_k keys."""
-
-    def __init__(self, embed_dim, num_heads, top_k=TOP_K, sinks=SINKS):
-        super().__init__()
-        top_k = whole_number("top_k", top_k, minimum=1, maximum=2**20)
-        sinks = whole_number("sinks", sinks, minimum=0, maximum=top_k - 1)
-        self.attention = MultiHeadAttention(embed_dim, num_heads, window=top_k - sinks, sink_tokens=sinks)
-
-    def forward(self, x):
-        return self.attention(x, x, x, is_causal=True)
-
-
-class _WithLoss(torch.autograd.Function):
-    """``output`` unchanged; in the backward pass ``loss`` receives gradient 1, as if it had been added to the
-    training loss (the way DeepSeek's released MoE code attaches its balance loss to a layer's output)."""
-
-    @staticmethod
-    def forward(ctx, output, loss):
-        ctx.save_for_backward(loss)
-        return output.view_as(output)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (loss,) = ctx.saved_tensors
-        return grad_output, torch.ones_like(loss)
-
-
-def indexer_kl(index_scores, attention_weights):
-    """KL(p || softmax(I)) averaged over queries: DeepSeek-V3.2's loss for its lightning indexer.
-
-    index_scores (B, T, T): the indexer's scores for every (query, key), causal keys only are used;
-    attention_weights (B, H, T, T): the dense attention's causal weights. p, the target, is the weights summed over
-    heads and renormalised (each row sums to 1), detached. Returns a scalar; 0 when softmax(I) equals p.
-    """
-    require_tensor("index_scores", index_scores)
-    require_tensor("attention_weights", attention_weights)
-    if (index_scores.dim() != 3 or attention_weights.dim() != 4 or attention_weights.shape[2:] != index_scores.shape[1:]
-            or attention_weights.shape[0] != index_scores.shape[0] or index_scores.shape[1] != index_scores.shape[2]):
-        raise ValueError(f"index_scores must be (B, T, T) and attention_weights (B, H, T, T), got "
-                         f"{tuple(index_scores.shape)} and {tuple(attention_weights.shape)}")
-    require_finite("attention_weights", attention_weights)
-    if index_scores.is_floating_point() and bool((index_scores.isnan() | (index_scores == math.inf)).any()):
-        raise ValueError("index_scores hold NaN or +inf: the loss would be NaN (-inf is allowed: a key given no chance)")
-    if not index_scores.is_floating_point() or attention_weights.dtype != index_scores.dtype:
-        raise TypeError(f"index_scores and attention_weights must share one floating dtype, got {index_scores.dtype} "
-                        f"and {attention_weights.dtype}")
-    length = index_scores.shape[-1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=index_scores.device).tril()  # (T, T)
-    target = attention_weights.detach().sum(dim=1)  # (B, T, T): summed over the heads
-    target = target.masked_fill(~causal, 0.0)
-    target = target / target.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(target.dtype).tiny)
-    log_index = torch.log_softmax(index_scores.masked_fill(~causal, -math.inf), dim=-1)  # (B, T, T)
-    log_index = log_index.masked_fill(~causal, 0.0)  # 0 * -inf would be NaN: the future keys hold no target
-    return (torch.xlogy(target, target) - target * log_index).sum(dim=-1).mean()
-
-
-class DSAMixer(nn.Module):
-    """Top-k attention whose keys a lightning indexer chooses, the indexer trained by ``indexer_kl``.
-
-    x (B, T, E) -> (B, T, E), causal. In training (with gradients on) the KL term rides on the output
-    (``_WithLoss``) and ``last_kl`` keeps its value; the indexer sees x detached, and the top-k mask passes no
-    gradient, so only the KL term trains the indexer and the KL term trains nothing else.
-    """
-
-    def __init__(self, embed_dim, num_heads, top_k=TOP_K, indexer_heads=INDEXER_HEADS, indexer_dim=INDEXER_DIM):
-        super().__init__()
-        self.top_k = whole_number("top_k", top_k, minimum=1, maximum=2**20)
-        self.attention = MultiHeadAttention(embed_dim, num_heads)  # its projections; its forward is not used
-        self.indexer = LightningIndexer(embed_dim, embed_dim, indexer_heads, indexer_dim, rope_dim=0)
-        self.last_kl = None
-
-    def heads(self, x):
-        """x (B, T, E) -> q, k, v (B, H, T, d): the layer's projections, split into heads."""
-        attention = self.attention
-        check_sequence("x", x, attention.embed_dim, attention.query_proj.weight)
-        require_finite("x", x)
-        q = split_heads(attention.query_proj(x), attention.num_heads)
-        k = split_heads(attention.key_proj(x), attention.num_kv_heads)
-        v = split_heads(attention.value_proj(x), attention.num_kv_heads)
-        return q, k, v
-
-    def read(self, x):
-        """x (B, T, E) -> output (B, T, E), the top-k attention's weights (B, H, T, T) and index scores (B, T, T)."""
-        q, k, v = self.heads(x)
-        index_scores = self.indexer(x.detach(), x.detach())  # (B, T, T): the indexer's input is detached
-        heads, weights = topk_attention(q, k, v, index_scores.detach(), self.top_k)  # (B, H, T, d), (B, H, T, T)
-        return self.attention.out_proj(merge_heads(heads)), weights, index_scores
-
-    def forward(self, x):
-        output, _, index_scores = self.read(x)
-        if not (self.training and torch.is_grad_enabled()):
-            return output
-        with torch.no_grad():
-            _, dense = explicit_attention(*self.heads(x), is_causal=True)  # (B, H, T, T): every earlier key
-        kl = indexer_kl(index_scores, dense)
-        self.last_kl = kl.detach()
-        return _WithLoss.apply(output, kl)
 
 
 def make_mixer(arm, task):
@@ -339,24 +228,10 @@ def _job(arguments):
     return induction_run(arm, seed, max_steps, per_distance)
 
 
-class _InProcess:
-    """A pool of no worker processes: map runs the jobs here, one after another."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    @staticmethod
-    def map(function, items):
-        return map(function, items)
-
-
 def _pool(workers):
-    """``workers`` processes (spawned: each imports the course afresh), or this process alone for 1."""
+    """``workers`` processes (spawned: each imports the course afresh), or None: this process alone."""
     if workers == 1:
-        return _InProcess()
+        return contextlib.nullcontext()
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
 
 
@@ -382,7 +257,8 @@ def run_all(out, arms=ARMS, seeds=SEEDS, recall_max_steps=RECALL_MAX_STEPS, indu
     caps = {"recall": recall_max_steps, "induction": induction_max_steps}
     results, started = {}, time.perf_counter()
     with _pool(workers) as pool:
-        for job, result in zip(jobs, pool.map(_job, [(*job, caps[job[0]], per_distance) for job in jobs]), strict=True):
+        each = map if pool is None else pool.map
+        for job, result in zip(jobs, each(_job, [(*job, caps[job[0]], per_distance) for job in jobs]), strict=True):
             results[job] = result
             progress(f"{job[0]:>9} {job[1]:>12} seed {job[2]}: accuracy {result['accuracy']:.3f} after "
                      f"{result['steps']} steps ({time.perf_counter() - started:.0f} s)")

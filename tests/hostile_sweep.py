@@ -88,6 +88,10 @@ EXEMPT = {
     "attn.models.pretrained_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "
     "attn.models.pretrained_sparse, swept); it checks size, out and progress before loading anything",
     "attn.models.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m attn.models.position_runs, swept)",
+    "attn.models.sparse_runs.run_all": "trains lesson 18's side-by-side runs (python -m attn.models.sparse_runs, swept)",
+    "attn.models.sparse_runs.recall_run": "trains one of lesson 18's recall runs (python -m attn.models.sparse_runs, swept)",
+    "attn.models.sparse_runs.induction_run": "trains one of lesson 18's induction runs (python -m attn.models.sparse_runs, "
+                                             "swept)",
     # Records: named tuples the GGUF reader fills with values it has checked. read_header and tensor_bytes take
     # the learner's input (swept, and fuzzed in test_gguf.py); tensor_bytes refuses a record not the file's own.
     "attn.gguf.Header": "a record (NamedTuple) of a checked GGUF file's header, built by read_header (swept, fuzzed)",

@@ -178,3 +178,53 @@ def weight_bars(weights, labels, title, ax=None, highlight=None):
         ax.text(position, weight + 0.02, f"{weight:.2f}", ha="center", va="bottom", fontsize=SMALLEST_FONT_PT,
                 fontweight="bold" if labels[position] == highlight else "normal")
     return ax
+
+
+def seed_dots(accuracies, title, axes=None, xlabel="held-out accuracy"):
+    """One panel per task, one row per arm: each seed's accuracy as a blue dot, the mean as a black bar mark and
+    the 95% interval of the mean (Student's t over the seeds, attn.common.stats) as a grey line through it.
+
+    accuracies: {task: {arm: [accuracy per seed]}}, every task with the same arms in the same order, every
+    list of at least two finite numbers from 0 to 1 (lesson 18 passes the runs of attn.models.sparse_runs).
+    axes: one matplotlib Axes per task, or None for a new figure of COLUMN_WIDTH. Returns the axes.
+    """
+    from attn.common.stats import paired_interval  # the one-sample interval is the paired one against zeros
+
+    tasks, arms = _seed_dots_shape(accuracies)
+    if axes is None:
+        _, axes = plt.subplots(1, len(tasks), figsize=(COLUMN_WIDTH, 0.42 * len(arms) + 1.6), sharey=True,
+                               squeeze=False, layout="constrained")
+        axes = list(axes[0])
+    if len(axes) != len(tasks):
+        raise ValueError(f"axes must hold one Axes per task, {len(tasks)}, got {len(axes)}")
+    for ax, task in zip(axes, tasks, strict=True):
+        for row, arm in enumerate(arms):
+            values = [float(value) for value in accuracies[task][arm]]
+            mean, low, high = paired_interval(values, [0.0] * len(values))
+            ax.hlines(row, max(low, 0.0), min(high, 1.0), color=GUIDE, linewidth=2, zorder=1)
+            ax.scatter(values, [row] * len(values), color=PALETTE[0], s=28, alpha=0.7, zorder=2)
+            ax.scatter([mean], [row], marker="|", s=260, linewidths=2.5, color=PALETTE[4], zorder=3)
+        ax.set(xlim=(-0.03, 1.03), title=task, xlabel=xlabel)
+        ax.set_xticks([0, 0.5, 1], labels=["0", "0.5", "1"])
+        ax.grid(axis="x", color=NEUTRAL, alpha=0.3)
+    axes[0].set_yticks(range(len(arms)), labels=arms)
+    axes[0].invert_yaxis()
+    axes[0].figure.suptitle(title)
+    return axes
+
+
+def _seed_dots_shape(accuracies):
+    """The tasks and arms of ``seed_dots``' argument, checked."""
+    if not isinstance(accuracies, dict) or not accuracies or not all(
+            isinstance(runs, dict) and runs for runs in accuracies.values()):
+        raise TypeError("accuracies must be a dict {task: {arm: [accuracy per seed]}} with at least one task and arm")
+    tasks = list(accuracies)
+    arms = list(accuracies[tasks[0]])
+    if any(list(accuracies[task]) != arms for task in tasks):
+        raise ValueError(f"every task must have the same arms in the same order, {arms}")
+    for task in tasks:
+        for arm, values in accuracies[task].items():
+            if not isinstance(values, list | tuple) or len(values) < 2 or not all(
+                    isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1 for value in values):
+                raise ValueError(f"accuracies[{task!r}][{arm!r}] must be a list of at least two accuracies from 0 to 1")
+    return tasks, arms

@@ -128,20 +128,30 @@ def cache_numbers_per_token(kind):
 
 
 class RecallStack(nn.Module):
-    """Embeddings, pre-norm residual mixer layers, a readout of the last token: keys, values (B, P), query (B,)."""
+    """Embeddings, pre-norm residual mixer layers, a readout of the last token: keys, values (B, P), query (B,).
+
+    ``mixer_kinds`` and ``new_mixer`` are the names it takes and how it builds each; lesson 18's stack
+    (attn.models.sparse_runs) is a subclass that replaces both."""
+
+    mixer_kinds = MIXER_KINDS
+
+    @staticmethod
+    def new_mixer(kind):
+        return make_mixer(kind)
 
     def __init__(self, kinds, n_keys, n_values):
         super().__init__()
         if not isinstance(kinds, list | tuple) or not kinds:
-            raise TypeError(f"kinds must be a non-empty list of mixer names ({', '.join(MIXER_KINDS)}), got {type_name(kinds)}")
+            raise TypeError(f"kinds must be a non-empty list of mixer names ({', '.join(self.mixer_kinds)}), "
+                            f"got {type_name(kinds)}")
         for kind in kinds:
-            require_choice("each of kinds", kind, MIXER_KINDS)
+            require_choice("each of kinds", kind, self.mixer_kinds)
         n_keys, n_values = positive_int("n_keys", n_keys), positive_int("n_values", n_values)
         check_parameters(f"RecallStack(n_keys={n_keys}, n_values={n_values})", (n_keys + 2 * n_values) * EMBED)
         self.key_embedding = nn.Embedding(n_keys, EMBED)
         self.value_embedding = nn.Embedding(n_values, EMBED)
         self.norms = nn.ModuleList(nn.LayerNorm(EMBED) for _ in kinds)
-        self.mixers = nn.ModuleList(make_mixer(kind) for kind in kinds)
+        self.mixers = nn.ModuleList(self.new_mixer(kind) for kind in kinds)
         self.final_norm = nn.LayerNorm(EMBED)
         self.readout = nn.Linear(EMBED, n_values)
 
@@ -158,8 +168,9 @@ def _validation_loss(model, data):
         return functional.cross_entropy(model(data.keys, data.values, data.query), data.target).item()
 
 
-def train_and_test(kinds, task, seed, max_steps=MAX_STEPS):
-    """Train a RecallStack of ``kinds`` on ``task`` with ``seed`` until its validation loss stops falling.
+def train_and_test(kinds, task, seed, max_steps=MAX_STEPS, stack=RecallStack):
+    """Train a RecallStack (or ``stack``, a subclass of it) of ``kinds`` on ``task`` with ``seed`` until its
+    validation loss stops falling.
 
     Returns {"accuracy": held-out accuracy, "parameters", "steps": steps trained, "curve": validation losses
     every EVAL_EVERY steps, "stopped": True if the loss stopped falling, False if max_steps came first}.
@@ -168,8 +179,10 @@ def train_and_test(kinds, task, seed, max_steps=MAX_STEPS):
         raise TypeError(f"task must be a dict of n_keys, n_values and n_pairs (make_recall_data's sizes), got {type_name(task)}")
     whole_number("seed", seed, minimum=0, maximum=2**62)
     whole_number("max_steps", max_steps, minimum=1, maximum=MAX_STEPS)
+    if not (isinstance(stack, type) and issubclass(stack, RecallStack)):
+        raise TypeError(f"stack must be RecallStack or a subclass of it (the class itself), got {type_name(stack)}")
     torch.manual_seed(seed)
-    model = RecallStack(kinds, task["n_keys"], task["n_values"])
+    model = stack(kinds, task["n_keys"], task["n_values"])
     train_data = make_recall_data(TRAIN_EXAMPLES, seed=seed, **task)
     test_data = make_recall_data(TEST_EXAMPLES, seed=seed + TEST_SEED, **task)
     valid_data = make_recall_data(VALID_EXAMPLES, seed=seed + VALID_SEED, **task)

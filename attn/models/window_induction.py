@@ -115,9 +115,9 @@ def new_model(stack, seed):
                    window=WINDOW, layer_types=list(STACKS[stack]))
 
 
-def _sequences(count, seed):
+def _sequences(count, seed, length=LENGTH):
     generator = torch.Generator().manual_seed(seed)
-    return repeat_batch(torch.randint(MIN_DISTANCE, MAX_DISTANCE + 1, (count,), generator=generator), generator)
+    return repeat_batch(torch.randint(MIN_DISTANCE, length // 2 + 1, (count,), generator=generator), generator, length)
 
 
 def train(model, seed, max_steps=MAX_STEPS):
@@ -127,18 +127,19 @@ def train(model, seed, max_steps=MAX_STEPS):
     return _train_until_flat(model, seed, max_steps)
 
 
-def _train_until_flat(model, seed, max_steps, patience=PATIENCE, min_steps=0):
+def _train_until_flat(model, seed, max_steps, patience=PATIENCE, min_steps=0, length=LENGTH):
     """The training loop of ``train`` for a model and arguments already checked; lesson 17's position runs share it
-    (with their own model, a larger ``patience`` and ``min_steps`` before the rule may stop a run)."""
+    (with their own model, a larger ``patience`` and ``min_steps`` before the rule may stop a run), and lesson 18's
+    sparse runs (with sequences of ``length`` tokens, d from MIN_DISTANCE to length // 2)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
     generator = torch.Generator().manual_seed(1000 + seed)
-    valid = _sequences(VALID_SEQUENCES, VALID_SEED + seed)
+    valid = _sequences(VALID_SEQUENCES, VALID_SEED + seed, length)
     step, best, flat, curve = 0, float("inf"), 0, []
     while step < max_steps and (flat < patience or step < min_steps):
         model.train()
         for _ in range(min(EVAL_EVERY, max_steps - step)):
-            distances = torch.randint(MIN_DISTANCE, MAX_DISTANCE + 1, (BATCH_SIZE,), generator=generator)
-            loss, _ = copy_loss(model, *repeat_batch(distances, generator))
+            distances = torch.randint(MIN_DISTANCE, length // 2 + 1, (BATCH_SIZE,), generator=generator)
+            loss, _ = copy_loss(model, *repeat_batch(distances, generator, length))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

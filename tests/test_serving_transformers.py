@@ -1,9 +1,7 @@
 """Lesson 19 against transformers: assisted generation (a draft model) and prompt-lookup decoding give the tokens of
-the course's greedy speculative decoding, on a tiny random Llama copied into the course's LlamaLM.
-
-(transformers' continuous batching, ``model.generate_batch``, gives the course's generate_batch tokens too, but
-takes about 35 s on a CPU for three tiny requests: it is checked by ``attn.serving.reference.transformers_batch``
-in the lesson and the report, not in the suite.)"""
+the course's greedy speculative decoding, and transformers' own continuous batching (``model.generate_batch``, through
+``attn.serving.reference.transformers_batch``) gives the tokens of the course's scheduler, on a tiny random Llama
+copied into the course's LlamaLM."""
 
 import os
 
@@ -12,6 +10,7 @@ import torch
 
 from attn.models.llama import LlamaLM
 from attn.serving import PromptLookupDraft, generate_batch, speculative_generate
+from attn.serving.reference import transformers_batch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -50,3 +49,15 @@ def test_assisted_generation_and_prompt_lookup_give_the_courses_speculative_toke
     assert speculative_generate(ours, our_draft, PROMPT, 16, draft_tokens=4) == greedy
     assert speculative_generate(ours, PromptLookupDraft(2), PROMPT, 16, draft_tokens=3) == greedy
     assert generate_batch(ours, [PROMPT, PROMPT[:3]], 16, page_size=4)[0] == greedy
+
+
+def test_transformers_continuous_batching_gives_the_courses_scheduler_tokens():
+    """Four prompts of different lengths; ours through pages of 4 in a pool too small for all at once (preemption),
+    in batches of 2 with chunks of 3; theirs through its own paged cache and scheduler."""
+    model = tiny_llama(2, layers=3)
+    prompts = [PROMPT, PROMPT[:3], [7, 8, 9, 10, 11, 12, 13], [5]]
+    theirs = transformers_batch(model, prompts, 12)
+    assert len({tuple(tokens) for tokens in theirs}) > 1  # the requests differ
+    ours = generate_batch(LlamaLM.from_transformers(model), prompts, 12, page_size=4, num_pages=10, max_batch_size=2,
+                          chunk_size=3)
+    assert ours == theirs

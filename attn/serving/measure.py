@@ -45,6 +45,8 @@ SETTINGS = {
 MIN_PARAGRAPH = 8  # tokens: shorter paragraphs (chapter headings, one-word replies) are not prompts
 
 
+__all__ = ["austen_paragraphs", "main", "measure"]  # the pieces below are measure's, checked by it
+
 def _check_paragraphs(paragraphs, least):
     """paragraphs: a list of lists of token ids; at least ``least`` of them long enough to be prompts."""
     if not isinstance(paragraphs, list) or not all(isinstance(p, list) for p in paragraphs):
@@ -223,7 +225,10 @@ def measure(model, paragraphs, settings=None, progress=print):
 
 
 def austen_paragraphs(tokenizer):
-    """The held-out novel's paragraphs as token lists (lesson 13's tokenizer)."""
+    """The held-out novel's paragraphs as token lists (lesson 13's tokenizer, or any with ``encode(text)``)."""
+    if not callable(getattr(tokenizer, "encode", None)) or isinstance(tokenizer, str | bytes):
+        raise TypeError(f"tokenizer must be a tokenizer with encode(text) (attn.lm.load()'s second value), "
+                        f"got {type(tokenizer).__name__}")
     from attn.models.corpus import austen
     from attn.models.lm import HELD_OUT
 

@@ -111,6 +111,30 @@ def test_a_tiny_run_of_the_command_writes_a_record(tmp_path):
         assert set(record["tasks"][task]["versus_window"]) == {"dense"}
 
 
+def test_update_retrains_only_the_named_arms_and_keeps_the_others_only_if_they_stopped(capsys, tmp_path):
+    base = ["--out", str(tmp_path), "--seeds", "2", "--max-steps", "2", "--per-distance", "2"]
+    assert "is not a record file" in error_of(capsys, [*base, "--update", "--arms", "dense"])
+    main([*base, "--arms", "dense", "window+sinks"])
+    path = tmp_path / RESULTS_NAME
+    assert "reached the cap of 2 steps still falling: add dense" in error_of(
+        capsys, [*base, "--update", "--arms", "window+sinks"])
+    record = json.loads(path.read_text())
+    for entry in record["tasks"].values():
+        entry["runs"]["dense"]["stopped"] = [True, True]  # as if dense had stopped before its cap
+        entry["runs"]["dense"]["accuracy"] = [0.25, 0.5]  # marks the kept runs
+    path.write_text(json.dumps(record))
+    assert "seeds [0, 1], this run [0, 1, 2]" in error_of(capsys, [*base[:2], "--seeds", "3", "--update", "--arms", "dsa"])
+    main([*base, "--update", "--arms", "window+sinks"])
+    updated = json.loads(path.read_text())
+    assert updated["arms"] == ["dense", "window+sinks"] and updated["updates"][0]["arms"] == ["window+sinks"]
+    for entry in updated["tasks"].values():
+        assert entry["runs"]["dense"]["accuracy"] == [0.25, 0.5]
+        assert entry["runs"]["window+sinks"]["steps"] == [2, 2]
+        assert set(entry["versus_dense"]) == {"window+sinks"}
+    path.write_text("{not json")
+    assert "could not read" in error_of(capsys, [*base, "--update", "--arms", "dense"])
+
+
 def error_of(capsys, argv):
     with pytest.raises(SystemExit):
         main(argv)
@@ -124,7 +148,7 @@ def test_the_command_refuses_hostile_arguments_with_a_sentence(capsys, tmp_path)
         ("--arms", "dense", "dense"): "--arms names an arm twice: dense dense",
         ("--seeds", "0"): "--seeds must be a whole number from 1 to 100",
         ("--seeds", "2.5"): "--seeds must be a whole number, got '2.5'",
-        ("--max-steps", "5000"): "--max-steps must be at most 3000",
+        ("--max-steps", "30000"): "--max-steps must be at most 20000",
         ("--per-distance", "-1"): "--per-distance must be a whole number from 1",
     }
     for extra, message in cases.items():
@@ -174,6 +198,7 @@ def test_the_shipped_record_has_every_arm_on_both_tasks_over_five_seeds():
         assert set(entry["runs"]) == set(record["arms"]) == set(ARMS)
         for arm, run in entry["runs"].items():
             assert len(run["accuracy"]) == len(run["steps"]) == len(run["stopped"]) == 5
+            assert all(run["stopped"]), f"{arm} on {task} reached its cap still falling"
             assert all(0 <= value <= 1 for value in run["accuracy"])
             assert run["keys_read"] == keys_read(arm, entry["length"])
             assert [run["cache_numbers_per_token"], run["cache_numbers"]] == list(cache_numbers(arm, entry["length"]))

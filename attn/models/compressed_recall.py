@@ -53,6 +53,7 @@ HYBRID_STACKS = (("delta", "delta"), ("delta", "full"), ("full", "full"), ("full
 HYBRID_SEEDS = 3  # the hybrid stacks train on the first three seeds only: their delta layers are the slow part
 BATCH, LEARNING_RATE, TRAIN_EXAMPLES, TEST_EXAMPLES, VALID_EXAMPLES = 64, 3e-3, 20_000, 1_000, 1_000
 EVAL_EVERY, PATIENCE, MIN_GAIN, MAX_STEPS = 250, 2, 0.01, 3000  # the stopping rule: see the module's docstring
+LONGEST_RUN = 20_000  # the most steps train_and_test allows (lesson 18's slower arms need more than MAX_STEPS)
 
 
 class GatedDeltaMixer(nn.Module):
@@ -178,7 +179,7 @@ def train_and_test(kinds, task, seed, max_steps=MAX_STEPS, stack=RecallStack):
     if not isinstance(task, dict) or not {"n_keys", "n_values"} <= set(task):
         raise TypeError(f"task must be a dict of n_keys, n_values and n_pairs (make_recall_data's sizes), got {type_name(task)}")
     whole_number("seed", seed, minimum=0, maximum=2**62)
-    whole_number("max_steps", max_steps, minimum=1, maximum=MAX_STEPS)
+    whole_number("max_steps", max_steps, minimum=1, maximum=LONGEST_RUN)
     if not (isinstance(stack, type) and issubclass(stack, RecallStack)):
         raise TypeError(f"stack must be RecallStack or a subclass of it (the class itself), got {type_name(stack)}")
     torch.manual_seed(seed)

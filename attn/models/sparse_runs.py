@@ -15,8 +15,11 @@ The arms, each a token mixer at compressed_recall's sizes (E = 32, 4 heads of 8)
   earlier key and the attention reads the TOP_K best; the indexer learns only from DeepSeek-V3.2's KL loss against
   the dense attention's weights, added to the task's loss (the top-k choice passes it no gradient);
 - ``nsa``: Native Sparse Attention (attn.block_sparse.NativeSparseAttention): compressed blocks, selected blocks
-  and a window, sized so that the keys it reads come as close to TOP_K as its shapes allow: blocks of 4, one
-  selected block, no window branch, 25 // 4 + 4 = 10 keys for recall's last query (``nsa_keys_read``);
+  and a window. NSA always reads the query's own block, the one before it and the first (fla's rule and the
+  paper's), so it chooses a block by its score only from its fourth selected block on: the smallest NSA that
+  chooses anything here has blocks of 2 and 4 selected blocks and no window branch, 25 // 2 + 4 x 2 = 20 keys for
+  recall's last query (``nsa_keys_read``), more than TOP_K: at these lengths NSA cannot read as few keys as the
+  others and still choose;
 - ``mla`` and ``delta``: lesson 15's latent attention and gated delta rule, exactly as lesson 15 sized them
   (compressed_recall.make_mixer and cache_numbers_per_token): MLA caches r + d_rope = 16 numbers per token, as
   many as multi-query attention; the delta rule caches no token at all, only its fixed 4 x 8 x 8 memory per layer.
@@ -27,8 +30,10 @@ Keys read per query and cache numbers are recorded for each arm at each task's l
 ``cache_numbers``). Every run trains until its validation loss stops falling, through each lesson's own loop
 (compressed_recall.train_and_test; window_induction._train_until_flat) and by lesson 15's rule for both: every 250
 steps the validation loss is measured, and training stops once it has not fallen 0.01 below its best for PATIENCE
-measurements in a row, or at the task's cap (3,000 steps for recall, INDUCTION_MAX_STEPS for induction), which the
-record then says (``steps``, ``stopped``). Cost: see the record's ``seconds`` and ``workers``. The
+measurements in a row, or at the task's cap (RECALL_MAX_STEPS, INDUCTION_MAX_STEPS), which the record then says
+(``steps``, ``stopped``). ``--update`` retrains only the arms named by ``--arms`` and keeps the others' runs from the
+record already in ``--out`` (a run is seeded, so a run that stopped before a cap is the same under a higher cap);
+it refuses to keep a run that reached an older, lower cap. Cost: see the record's ``seconds`` and ``workers``. The
 same seeds draw the same data and the same embeddings for every arm, so arms are compared seed by seed: the
 paired differences (each arm minus dense, and minus window+sinks) with 95% t-intervals (attn.common.stats).
 """
@@ -59,12 +64,12 @@ RESULTS_NAME = "sparse_runs.json"
 ARMS = ("dense", "window+sinks", "dsa", "nsa", "mla", "delta")
 TASKS = ("recall", "induction")
 SEEDS = (0, 1, 2, 3, 4)
-NSA_BLOCK, NSA_BLOCKS, NSA_WINDOW = 4, 1, None  # NSA: blocks of 4 tokens, 1 selected, no window branch (see nsa_keys_read)
+NSA_BLOCK, NSA_BLOCKS, NSA_WINDOW = 2, 4, None  # NSA: blocks of 2 tokens, 4 selected, no window branch (see nsa_keys_read)
 RECALL_TASK = CACHE_TASK  # lesson 15's: 24 pairs from 48 keys and 32 values, 25 tokens
 RECALL_LENGTH = RECALL_TASK["n_pairs"] + 1
 INDUCTION_LENGTH = 24  # lesson 14's task, shortened from 40 tokens: d from 2 to 12
 INDUCTION_LAYERS = 2  # an induction head needs two layers (lesson 11)
-RECALL_MAX_STEPS, INDUCTION_MAX_STEPS = compressed_recall.MAX_STEPS, 4000
+RECALL_MAX_STEPS = INDUCTION_MAX_STEPS = 10_000  # the slower arms (the delta rule, NSA) still fall at 3,000-4,000
 TEST_PER_DISTANCE = 100
 PATIENCE = compressed_recall.PATIENCE  # one stopping rule for both tasks: lesson 15's
 
@@ -91,10 +96,9 @@ def make_mixer(arm, task):
 
 def nsa_keys_read(length):
     """Keys NSA's last query reads in ``length`` tokens, counted as compressed blocks + selected blocks x block size
-    + window: T // NSA_BLOCK block means and NSA_BLOCKS blocks (no window branch here). The fewest NSA allows near
-    TOP_K: its compressed branch alone sees T / block_size means, and the blocks it must select come first (the
-    query's own block, then the previous one and the first, fla's rule), so with one selected block that block is the
-    query's own (its tokens up to the query: 1 to NSA_BLOCK of them) and no block is chosen by its score."""
+    + window: T // NSA_BLOCK block means and NSA_BLOCKS blocks (no window branch here). The blocks NSA must select
+    come first (the query's own block, then the previous one and the first, fla's rule), so its fourth selected block
+    is the first it chooses by score: with blocks of 2 that is 12 means + 8 keys = 20 keys at recall's 25 tokens."""
     length = whole_number("length", length, minimum=1, maximum=2**40)
     window = 0 if NSA_WINDOW is None else min(NSA_WINDOW, length)
     return length // NSA_BLOCK + NSA_BLOCKS * NSA_BLOCK + window
@@ -236,10 +240,11 @@ def _pool(workers):
 
 
 def run_all(out, arms=ARMS, seeds=SEEDS, recall_max_steps=RECALL_MAX_STEPS, induction_max_steps=INDUCTION_MAX_STEPS,
-            per_distance=TEST_PER_DISTANCE, workers=1, progress=print):
+            per_distance=TEST_PER_DISTANCE, workers=1, progress=print, previous=None):
     """Every arm on both tasks with every seed; writes ``out``/RESULTS_NAME and returns the record.
 
-    Each run is seeded and single-threaded, so ``workers`` processes give the same record as one, sooner."""
+    Each run is seeded and single-threaded, so ``workers`` processes give the same record as one, sooner. With
+    ``previous`` (a record from ``kept_runs``), the arms not in ``arms`` keep their runs from it."""
     record = {"arms": list(arms), "seeds": list(seeds), "top_k": TOP_K, "sinks": SINKS,
               "indexer": {"heads": INDEXER_HEADS, "head_dim": INDEXER_DIM, "rope_dim": 0},
               "nsa": {"block_size": NSA_BLOCK, "block_count": NSA_BLOCKS, "window": NSA_WINDOW},
@@ -262,17 +267,58 @@ def run_all(out, arms=ARMS, seeds=SEEDS, recall_max_steps=RECALL_MAX_STEPS, indu
             results[job] = result
             progress(f"{job[0]:>9} {job[1]:>12} seed {job[2]}: accuracy {result['accuracy']:.3f} after "
                      f"{result['steps']} steps ({time.perf_counter() - started:.0f} s)")
+    every_arm = [arm for arm in ARMS if arm in arms or (previous and arm in previous["arms"])]
+    record["arms"] = every_arm
     for task, length in (("recall", RECALL_LENGTH), ("induction", INDUCTION_LENGTH)):
         runs = record["tasks"][task]["runs"]
-        for arm in arms:
-            runs[arm] = _gather([results[task, arm, seed] for seed in seeds], arm, length)
+        for arm in every_arm:
+            runs[arm] = (_gather([results[task, arm, seed] for seed in seeds], arm, length) if arm in arms
+                         else previous["tasks"][task]["runs"][arm])
+        arms_compared = every_arm
         if len(seeds) >= 2:
-            record["tasks"][task]["versus_dense"] = compare(runs, arms, "dense")
-            record["tasks"][task]["versus_window"] = compare(runs, arms, "window+sinks")
+            record["tasks"][task]["versus_dense"] = compare(runs, arms_compared, "dense")
+            record["tasks"][task]["versus_window"] = compare(runs, arms_compared, "window+sinks")
     record["seconds"], record["workers"] = round(time.perf_counter() - started), workers
+    if previous:
+        record["seconds"] += previous["seconds"]
+        record["updates"] = [*previous.get("updates", []), {"arms": list(arms), "seconds": round(time.perf_counter() - started)}]
     Path(out).mkdir(parents=True, exist_ok=True)
     write_text(Path(out) / RESULTS_NAME, json.dumps(record, indent=1) + "\n")
     return record
+
+
+def kept_runs(path, arms, seeds):
+    """The record at ``path``, checked to be one whose other arms can be kept: same seeds and settings, every kept
+    run stopped before its cap (a run cut off by a lower cap would differ now). Raises a sentence otherwise."""
+    if not isinstance(path, str | Path):
+        raise TypeError(f"path must be the record's path (a str or Path), got {type_name(path)}")
+    if not Path(path).is_file():  # a folder, a pipe or nothing at all: nothing to keep (and nothing to block on)
+        raise FileNotFoundError(f"--update keeps the other arms of {path}, which is not a record file; run without "
+                                "--update first")
+    try:
+        previous = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"--update could not read {path} as a record of this command: {error}") from None
+    if not isinstance(previous, dict) or not isinstance(previous.get("tasks"), dict) or "arms" not in previous:
+        raise ValueError(f"{path} is not a record of this command (no arms and tasks)")
+    if previous.get("seeds") != list(seeds):
+        raise ValueError(f"{path} holds seeds {previous.get('seeds')}, this run {list(seeds)}: pair them by running all arms")
+    settings = {"top_k": TOP_K, "sinks": SINKS, "mixer": {"embed_dim": EMBED, "heads": HEADS, "head_dim": HEAD_DIM}}
+    for name, value in settings.items():
+        if previous.get(name) != value:
+            raise ValueError(f"{path} was made with {name} = {previous.get(name)}, this code has {value}: run all arms")
+    for arm, setting in (("dsa", "indexer"), ("nsa", "nsa")):
+        current = {"indexer": {"heads": INDEXER_HEADS, "head_dim": INDEXER_DIM, "rope_dim": 0},
+                   "nsa": {"block_size": NSA_BLOCK, "block_count": NSA_BLOCKS, "window": NSA_WINDOW}}[setting]
+        if arm in previous["arms"] and arm not in arms and previous.get(setting) != current:
+            raise ValueError(f"{path}'s {arm} runs were made with {setting} = {previous.get(setting)}, this code has "
+                             f"{current}: add {arm} to --arms")
+    for task, entry in previous["tasks"].items():
+        for arm in previous["arms"]:
+            if arm not in arms and not all(entry["runs"][arm]["stopped"]):
+                raise ValueError(f"{path}'s {arm} runs on {task} reached the cap of {entry['max_steps']} steps still "
+                                 f"falling: add {arm} to --arms")
+    return previous
 
 
 def _arm(text):
@@ -300,17 +346,28 @@ def main(argv=None):
                              "for induction)")
     parser.add_argument("--per-distance", type=PER_DISTANCE_ARGUMENT, default=TEST_PER_DISTANCE,
                         help=f"induction test sequences per distance (default {TEST_PER_DISTANCE})")
+    parser.add_argument("--update", action="store_true",
+                        help="retrain only --arms and keep the other arms' runs from the record already in --out")
     parser.add_argument("--workers", type=WORKERS_ARGUMENT, default=1,
                         help="processes that train runs side by side, one thread each (default 1; the record is the same)")
     args = parser.parse_args(argv)
     if len(set(args.arms)) != len(args.arms):
         parser.error(f"--arms names an arm twice: {' '.join(args.arms)}")
-    if args.max_steps is not None and args.max_steps > RECALL_MAX_STEPS:
-        parser.error(f"--max-steps must be at most {RECALL_MAX_STEPS} (the recall task's cap), got {args.max_steps}")
+    if args.max_steps is not None and args.max_steps > compressed_recall.LONGEST_RUN:
+        parser.error(f"--max-steps must be at most {compressed_recall.LONGEST_RUN} (the most the recall task's training "
+                     f"allows), got {args.max_steps}")
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     recall_cap = RECALL_MAX_STEPS if args.max_steps is None else args.max_steps
     induction_cap = INDUCTION_MAX_STEPS if args.max_steps is None else args.max_steps
-    run_all(args.out, tuple(args.arms), tuple(range(args.seeds)), recall_cap, induction_cap, args.per_distance, args.workers)
+    seeds = tuple(range(args.seeds))
+    previous = None
+    if args.update:
+        try:
+            previous = kept_runs(Path(args.out) / RESULTS_NAME, args.arms, seeds)
+        except (FileNotFoundError, ValueError) as error:
+            parser.error(str(error))
+    run_all(args.out, tuple(args.arms), seeds, recall_cap, induction_cap, args.per_distance, args.workers,
+            previous=previous)
 
 
 if __name__ == "__main__":

@@ -15,3 +15,13 @@ def correct(exercise_id, answer):
     line = verdict(exercise_id, answer)
     assert line.startswith("Correct: "), line
     return line
+
+
+def names_the_mistake(exercise_id, answer, words, hidden=()):
+    """A "Not yet" verdict that contains ``words`` (the named mistake) and none of ``hidden`` (the answer as a
+    learner would see it printed)."""
+    line = not_yet(exercise_id, answer)
+    assert words in line, line
+    for value in hidden:
+        assert value not in line, f"the reply gives the answer away: {line}"
+    return line

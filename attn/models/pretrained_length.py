@@ -24,20 +24,17 @@ is what a probe showed to cost most: over 512 tokens past L, 4.55 nats a token a
 give a spread, not a precise one. Cost: about 280 s a stretch, 14 minutes in all on one thread.
 """
 
-import argparse
 import copy
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_argument
 from attn.common.validate import require_callable, require_choice, require_token_ids, type_name, whole_number
 from attn.models.lm_heads import check_course_decoder
 from attn.models.long_context import bin_means
-from attn.models.records import write_record
+from attn.models.records import sized_command, write_record
 from attn.models.window_austen import held_out_streams
 
 RESULTS_NAME = "smollm2_length.json"
@@ -196,20 +193,16 @@ def run(out, size="full", progress=print):
     return write_record(out, RESULTS_NAME, record, COMMAND, size)
 
 
+DESCRIPTION = ("Read SmolLM2-135M past its 8,192 trained positions, with and without dynamic NTK and "
+               "YaRN scaling.")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=COMMAND, description="Read SmolLM2-135M past its 8,192 trained positions, "
-                                     "with and without dynamic NTK and YaRN scaling.")
-    parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
-    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full (about 14 minutes) or tiny (seconds)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # the same sums in the same order on every machine
-    try:
-        record = run(args.out, args.size, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except FileNotFoundError as error:  # the corpus or the model is missing: its sentence names the command
-        parser.error(str(error))
+    durations = {"full": "about 14 minutes", "tiny": "seconds"}
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, durations, run, argv)
     means = {scheme: sum(values["mean_beyond_context_by_stream"]) / record["streams"]
              for scheme, values in record["results"].items()}
-    print(f"Wrote {Path(args.out) / RESULTS_NAME}: past {record['context_length']} positions, "
+    print(f"Wrote {out / RESULTS_NAME}: past {record['context_length']} positions, "
           + ", ".join(f"{scheme} {value:.2f}" for scheme, value in means.items()) + " nats a token.")
 
 

@@ -20,23 +20,20 @@ domain and on the web). Each measure is made on several passages, so the lesson 
   tokenizers differ, so nats per token do not compare; characters do).
 """
 
-import argparse
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_argument
 from attn.common.stats import t_quantile
 from attn.common.validate import positive_int, require_callable, require_text, type_name, whole_number
 from attn.models import lm_heads, window_austen
 from attn.models import pretrained_checks as checks
 from attn.models.corpus import TITLES
 from attn.models.lm import HELD_OUT
-from attn.models.records import write_record
+from attn.models.records import sized_command, write_record
 
 RESULTS_NAME = "smollm2_reading.json"
 COMMAND = "python -m attn.models.pretrained_reading"
@@ -370,19 +367,15 @@ def run(out, size="full", progress=print):
     return write_record(out, RESULTS_NAME, record, COMMAND, size)
 
 
+DESCRIPTION = ("Read SmolLM2-135M with the course's measures (sinks, windows, heads, bits per character) "
+               "beside lesson 13's model.")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=COMMAND, description="Read SmolLM2-135M with the course's measures "
-                                     "(sinks, windows, heads, bits per character) beside lesson 13's model.")
-    parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
-    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full (about 10 minutes) or tiny (seconds)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # the same sums in the same order on every machine
-    try:
-        record = run(args.out, args.size, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except FileNotFoundError as error:  # the corpus or a model is missing: its sentence names the command
-        parser.error(str(error))
+    durations = {"full": "about 10 minutes", "tiny": "seconds"}
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, durations, run, argv)
     first, second = (torch.tensor(record["heads"][name]).mean().item() for name in ("first_copy_loss", "second_copy_loss"))
-    print(f"Wrote {Path(args.out) / RESULTS_NAME}: a passage's second copy costs {second:.2f} nats a token, "
+    print(f"Wrote {out / RESULTS_NAME}: a passage's second copy costs {second:.2f} nats a token, "
           f"its first {first:.2f}.")
 
 

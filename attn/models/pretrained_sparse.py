@@ -31,20 +31,17 @@ about 330 s for the dense reading, about 970 s for the oracle on every layer (it
 weights, once masked), 340 s for the window and 355 s for the indexers' losses.
 """
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_argument
 from attn.common.stats import paired_interval
 from attn.common.validate import is_whole_number, require_callable, require_token_ids, type_name
 from attn.models.lm_heads import check_course_decoder
-from attn.models.records import write_record
+from attn.models.records import sized_command, write_record
 from attn.models.topk_reading import (
     MIN_GAIN,
     SINK_TOKENS,
@@ -384,22 +381,18 @@ def run(out, size="full", progress=print):
     return write_record(out, RESULTS_NAME, record, COMMAND, size)
 
 
+DESCRIPTION = ("Read SmolLM2-135M through top-k attention: the oracle's mass, the loss per key read, "
+               "and a distilled lightning indexer.")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog=COMMAND, description="Read SmolLM2-135M through top-k attention: the oracle's "
-                                     "mass, the loss per key read, and a distilled lightning indexer.")
-    parser.add_argument("--out", required=True, type=folder_argument(RESULTS_NAME), help=f"folder for {RESULTS_NAME}")
-    parser.add_argument("--size", default="full", choices=sorted(SIZES), help="full (25 to 40 minutes) or tiny (seconds)")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)  # the same sums in the same order on every machine
-    try:
-        record = run(args.out, args.size, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except FileNotFoundError as error:  # the corpus, the model or lesson 16's record is missing
-        parser.error(str(error))
+    durations = {"full": "25 to 40 minutes", "tiny": "seconds"}
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, durations, run, argv)
     k = str(record["top_ks"][0])
     dense = sum(record["loss"]["dense"]["all"]) / record["passages"]
     oracle = sum(record["loss"]["oracle"][k]["all"]) / record["passages"]
     window = sum(record["loss"]["window"][k]["all"]) / record["passages"]
-    print(f"Wrote {Path(args.out) / RESULTS_NAME}: dense {dense:.3f} nats a token; every layer reading {k} keys, "
+    print(f"Wrote {out / RESULTS_NAME}: dense {dense:.3f} nats a token; every layer reading {k} keys, "
           f"oracle top-k {oracle:.3f}, window and sinks {window:.3f}.")
 
 

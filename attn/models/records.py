@@ -1,17 +1,20 @@
 """A measurement command's record written to its folder: its provenance added, the JSON written whole.
 
-The commands that measure for Part 3 (``attn.models.long_context``, ``pretrained_length``, ``pretrained_reading``)
-each end the same way: say how the record was made (the command, PyTorch, its thread count, Python), then write the
-record through a temporary file renamed into place, so that an interrupted run never leaves half a file.
+The commands that measure for Part 3 (``attn.models.long_context``, ``pretrained_length``, ``pretrained_reading``,
+``pretrained_sparse``) each end the same way: say how the record was made (the command, PyTorch, its thread count,
+Python), then write the record through a temporary file renamed into place, so that an interrupted run never leaves
+half a file. The three that read SmolLM2 also share their command line (``sized_command``).
 """
 
+import argparse
 import json
 import platform
+import sys
 from pathlib import Path
 
 import torch
 
-from attn.common.destinations import folder_problem, write_text
+from attn.common.destinations import folder_argument, folder_problem, write_text
 from attn.common.validate import type_name
 
 
@@ -41,3 +44,23 @@ def write_record(out, name, record, command, size="full"):
     Path(out).mkdir(parents=True, exist_ok=True)
     write_text(Path(out) / name, text)
     return record
+
+
+def sized_command(command, description, name, sizes, durations, run, argv=None):
+    """The command line of a measurement with ``--out`` (checked before any work) and ``--size``: parses ``argv``,
+    runs ``run(out, size, progress)`` on one math thread with progress on stderr, and returns (record, out).
+
+    durations: {size: "about 14 minutes", ...} for the help; a FileNotFoundError from ``run`` (the corpus, the model
+    or a record it reads is missing: its sentence names the command that makes it) becomes the parser's error.
+    """
+    parser = argparse.ArgumentParser(prog=command, description=description)
+    parser.add_argument("--out", required=True, type=folder_argument(name), help=f"folder for {name}")
+    parser.add_argument("--size", default="full", choices=sorted(sizes),
+                        help=" or ".join(f"{size} ({durations[size]})" for size in sorted(sizes)))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the same sums in the same order on every machine
+    try:
+        record = run(args.out, args.size, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except FileNotFoundError as error:
+        parser.error(str(error))
+    return record, Path(args.out)

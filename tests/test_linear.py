@@ -1,6 +1,7 @@
 """attn.linear (lesson 15): the recurrences as loops, parallel and chunked forms, equal in float64; the gated
 delta rule against transformers' Qwen3NextGatedDeltaNet fallback; hostile input gets a sentence."""
 
+import inspect
 import os
 
 import pytest
@@ -124,7 +125,7 @@ def reference_inputs_and_output():
 
     def spy(query, key, value, g, beta, **options):
         assert options["use_qk_l2norm_in_kernel"]
-        output = original(query, key, value, g=g, beta=beta, **options)
+        output = inspect.unwrap(original)(query, key, value, g=g, beta=beta, **options)  # PyTorch's, not fla-core's kernel
         captured.update(q=query, k=key, v=value, g=g, beta=beta, output=output[0])
         return output
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from attn.common.destinations import folder_argument, folder_problem, write_text
-from attn.common.validate import type_name
+from attn.common.validate import require_callable, type_name
 
 
 def write_record(out, name, record, command, size="full"):
@@ -53,6 +53,7 @@ def sized_command(command, description, name, sizes, durations, run, argv=None):
     durations: {size: "about 14 minutes", ...} for the help; a FileNotFoundError from ``run`` (the corpus, the model
     or a record it reads is missing: its sentence names the command that makes it) becomes the parser's error.
     """
+    _check_command(command, description, name, sizes, durations, run, argv)
     parser = argparse.ArgumentParser(prog=command, description=description)
     parser.add_argument("--out", required=True, type=folder_argument(name), help=f"folder for {name}")
     parser.add_argument("--size", default="full", choices=sorted(sizes),
@@ -64,3 +65,17 @@ def sized_command(command, description, name, sizes, durations, run, argv=None):
     except FileNotFoundError as error:
         parser.error(str(error))
     return record, Path(args.out)
+
+
+def _check_command(command, description, name, sizes, durations, run, argv):
+    for label, value in (("command", command), ("description", description), ("name", name)):
+        if not isinstance(value, str) or not value.strip() or not value.isprintable():
+            raise TypeError(f"{label} must be a non-empty str of printable characters, got {type_name(value)} {value!r:.60}")
+    if not isinstance(sizes, dict) or not sizes or not all(isinstance(size, str) and size.isidentifier() for size in sizes):
+        raise TypeError(f"sizes must be the command's dict of sizes, such as {{'full': ...}}, got {type_name(sizes)}")
+    if not isinstance(durations, dict) or set(durations) != set(sizes) or not all(
+            isinstance(words, str) and words.isprintable() for words in durations.values()):
+        raise TypeError(f"durations must say, in words, how long each of {sorted(sizes)} takes, got {type_name(durations)}")
+    require_callable("run", run)
+    if argv is not None and (not isinstance(argv, list | tuple) or not all(isinstance(word, str) for word in argv)):
+        raise TypeError(f"argv must be None or a list of str (the command's arguments), got {type_name(argv)}")

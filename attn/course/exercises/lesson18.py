@@ -9,7 +9,7 @@ import numpy as np
 
 from attn.course.exercises.answers import Array, Number
 from attn.course.exercises.directions import direction_only
-from attn.course.exercises.judging import compare, matches
+from attn.course.exercises.judging import compare, matches, rounding_problem
 from attn.course.exercises.registry import exercise
 
 # Exercise 18.1: one query at position 5 of 8 keys (positions 0 to 7), top_k = 3, no sinks.
@@ -107,6 +107,9 @@ def _topk_weights(weights, expected):
     ):
         if matches(weights, mistake):
             return hint + "."
+    rounded = rounding_problem(weights, expected, "your weights")
+    if rounded is not None:
+        return rounded
     if not np.isclose(weights.sum(), 1.0, atol=1e-4):
         return "your weights do not sum to 1: a softmax over the kept keys gives weights that do."
     if np.count_nonzero(weights) != WEIGHT_TOP_K:

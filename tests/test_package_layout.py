@@ -2,8 +2,9 @@
 
 Imports run one way. ``attn.common`` (helpers under everything) imports nothing else of the package; a layer
 (a module at the top of ``attn/``) imports only common and other layers; a model (``attn.models``) adds the
-layers; serving (``attn.serving``, lesson 19) adds the models; a measurement (``attn.measure``) and the course's
-machinery (``attn.course``) add serving and the models. The
+layers; serving (``attn.serving``, lesson 19) adds the models; attention across devices (``attn.distributed``,
+lesson 20) adds only the layers; a measurement (``attn.measure``) and the course's machinery (``attn.course``) add
+serving, distributed and the models. The
 package's own ``__init__`` is the public front door and may name anything. No module grows past about 400
 lines without a reason written here.
 """
@@ -16,15 +17,16 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "attn"
 
-SUBPACKAGES = ("common", "models", "serving", "measure", "course")
+SUBPACKAGES = ("common", "models", "serving", "distributed", "measure", "course")
 # Which groups each group may import (its own included).
 ALLOWED = {
     "common": {"common"},
     "layers": {"common", "layers"},
     "models": {"common", "layers", "models"},
     "serving": {"common", "layers", "models", "serving"},  # lesson 19: serving runs the models
-    "measure": {"common", "layers", "models", "serving", "measure"},
-    "course": {"common", "layers", "models", "serving", "course"},
+    "distributed": {"common", "layers", "distributed"},  # lesson 20: the layers split across processes
+    "measure": {"common", "layers", "models", "serving", "distributed", "measure"},
+    "course": {"common", "layers", "models", "serving", "distributed", "course"},
 }
 # The public paths that /work/shared/COURSE.md promises for modules that live in a subpackage: a thin front door
 # each, which only re-exports (checked below), so they count as the group they point into.

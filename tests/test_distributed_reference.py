@@ -7,7 +7,7 @@ with each other. The largest differences are printed (``pytest -s`` shows them).
 
 What each reference reaches (measured, and asserted below):
 
-- PyTorch's flex-attention context parallelism: output and every gradient to 1e-12 (about 2e-15).
+- PyTorch's flex-attention context parallelism: output and every gradient to 1e-12 (4e-15 at most).
 - ring-attention-pytorch's ``ring_flash_attn``: output and query gradient to 1e-12 without a causal mask, 1e-8
   with one (it clamps a block's row sum to 1e-10 when the mask hides the whole block, and adds it); its key and
   value gradients are wrong: it hands back dk + dv of the process's own shard as dk, and dk + dv of the next
@@ -15,6 +15,9 @@ What each reference reaches (measured, and asserted below):
 - its ``zig_zag_attn``: output and query gradient to 1e-12; its all-gather's backward keeps only the gradient of
   the process's own queries (a reduce-scatter would add every process's).
 - PyTorch's SDPA ring (``context_parallel``) does not run on the CPU.
+
+Grouped-query heads: ring-attention-pytorch pairs query head i with key head i mod H_kv, PyTorch and the course
+with i // (H / H_kv); its two functions here reorder the query heads around the call.
 """
 
 import warnings
@@ -202,6 +205,31 @@ def test_ring_attention_pytorch_zig_zag_keeps_only_its_own_queries_key_gradients
         _, _, key_from_mine, value_from_mine = one_device(inputs, only_mine, True)
         assert (their_key - key_from_mine[:, :, at]).abs().max() < EXACT
         assert (their_value - value_from_mine[:, :, at]).abs().max() < EXACT
+
+
+def grouped(rank, world_size, inputs, upstream, name, layout):
+    at = positions_of(inputs[0].shape[2], world_size, layout)[rank]
+    options = {"is_causal": True} | ({} if name == "zigzag" else {"layout": layout})
+    return at, backward_through(REFERENCES[name], inputs, upstream, at, **options)[:2]
+
+
+@pytest.mark.usefixtures("warm_flex")
+@pytest.mark.parametrize(("name", "layout"), [("flex", "zigzag"), pytest.param("lucidrains", "striped", marks=needs_lucidrains),
+                                              pytest.param("zigzag", "zigzag", marks=needs_lucidrains)])
+def test_grouped_query_heads_pair_as_in_pytorch(name, layout):
+    """Four query heads on two key heads: query head i reads key head i // 2 (ring-attention-pytorch pairs i with
+    i mod 2, so its functions reorder the query heads around the call)."""
+    generator = torch.Generator().manual_seed(6)
+    query, upstream = (torch.randn(1, 4, 8, 4, generator=generator, dtype=torch.float64) for _ in range(2))
+    key, value = (torch.randn(1, 2, 8, 4, generator=generator, dtype=torch.float64) for _ in range(2))
+    found = spawn(grouped, 2, [query, key, value], upstream, name, layout)
+    leaf = query.clone().requires_grad_()
+    truth = scaled_dot_product_attention(leaf, key, value, is_causal=True, enable_gqa=True)
+    (truth * upstream).sum().backward()
+    tolerance = LUCIDRAINS_CAUSAL if name == "lucidrains" else EXACT
+    for at, (output, grad_query) in found:
+        assert (output - truth.detach()[:, :, at]).abs().max() < tolerance
+        assert (grad_query - leaf.grad[:, :, at]).abs().max() < tolerance
 
 
 def float32_ring(rank, world_size, inputs):

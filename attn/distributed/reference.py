@@ -239,19 +239,20 @@ def lucidrains_ring_attention(query, key, value, is_causal=False, layout="contig
     query (B, H, T_r, d_k), key and value (B, H_kv, T_r, d): for ``layout="contiguous"`` the positions
     ``attn.distributed.shard`` gives; for ``"striped"`` those of ``striped_positions`` (its
     ``striped_ring_attn``). N must divide T. Float64 runs with PyTorch's default dtype float64 while the call
-    lasts (its row sums and maxima are made in the default dtype). Returns the output shard (B, H, T_r, d_v),
+    lasts (its row sums and maxima are made in the default dtype). With fewer key heads, the query heads are
+    reordered for it (it pairs query head i with key head i mod H_kv). Returns the output shard (B, H, T_r, d_v),
     differentiable through the package's own backward.
     """
     what = "lucidrains_ring_attention"
     require_choice("layout", layout, RING_LAYOUTS)  # describe_shards checks the rest, lengths as if contiguous
     shards = describe_shards(what, query, key, value, is_causal, "contiguous", None, split_heads=False)
     length, size = _equal_shards(what, shards, 1)
-    package = _package()
+    package, groups = _package(), query.shape[1] // key.shape[1]
     with _default_dtype(query.dtype):
-        output = package.ring_flash_attn(*(tensor.transpose(1, 2) for tensor in (query, key, value)), causal=is_causal,
-                                         bucket_size=length // size, ring_reduce_col=True,
+        output = package.ring_flash_attn(*(tensor.transpose(1, 2) for tensor in (_their_heads(query, groups), key, value)),
+                                         causal=is_causal, bucket_size=length // size, ring_reduce_col=True,
                                          striped_ring_attn=layout == "striped")  # (B, T_r, H, d_v)
-    return output.transpose(1, 2)
+    return _our_heads(output.transpose(1, 2), groups)
 
 
 def lucidrains_zig_zag_attention(query, key, value, is_causal=False):
@@ -267,8 +268,22 @@ def lucidrains_zig_zag_attention(query, key, value, is_causal=False):
     zig_zag = _package().zig_zag_attention
     (_, query_positions, key_positions), _ = zig_zag.zig_zag_shard(query.new_zeros(length, 1))
     mask = query_positions[:, None] >= key_positions[None, :] if is_causal else None  # (T_r, T) over gathered keys
+    groups = query.shape[1] // key.shape[1]
     with _default_dtype(query.dtype):
-        return zig_zag.zig_zag_attn(query, key, value, attn_mask=mask)
+        return _our_heads(zig_zag.zig_zag_attn(_their_heads(query, groups), key, value, attn_mask=mask), groups)
+
+
+def _their_heads(query, groups):
+    """(B, H, T, d) in the order ring-attention-pytorch pairs with H_kv = H / groups key heads: it gives query head
+    i key head i mod H_kv, PyTorch's enable_gqa and the course i // groups. Head j * groups + g moves to g * H_kv + j."""
+    batch, heads = query.shape[:2]
+    return query.reshape(batch, heads // groups, groups, *query.shape[2:]).transpose(1, 2).reshape(query.shape)
+
+
+def _our_heads(output, groups):
+    """The inverse of _their_heads: (B, H, T, d_v) back in the course's order of heads."""
+    batch, heads = output.shape[:2]
+    return output.reshape(batch, groups, heads // groups, *output.shape[2:]).transpose(1, 2).reshape(output.shape)
 
 
 def _package():

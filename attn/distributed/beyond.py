@@ -19,6 +19,8 @@ from attn.distributed.traffic import record
 from attn.latent import LatentAttention
 from attn.linear import gated_delta_rule_parallel
 
+__all__ = ["delta_rule_relay", "latent_ring_attention"]
+
 STATE = 5  # message tag of the relayed state
 
 

@@ -13,6 +13,8 @@ import torch.distributed as dist
 from attn.common.validate import has_only_finite, require_choice, type_name
 from attn.distributed.layouts import LAYOUTS, pieces_per_process, shard_positions
 
+__all__ = ["group_rank"]  # the other checks are called by attn.distributed's algorithms only
+
 FIELDS = ("batch", "heads", "kv_heads", "length", "head_dim", "value_dim", "dtype", "is_causal", "layout")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from attn.distributed.blocks import NEG_INF, block_attention, block_gradients, merge_partials
+from attn.distributed.blocks import NEG_INF, _block_attention, _merge_partials, block_gradients
 from attn.distributed.group import describe_shards
 from attn.distributed.traffic import record
 from attn.flash import refuse_second_derivatives
+
+__all__ = ["ring_attention"]
 
 KEYS, VALUES, GRAD_KEYS, GRAD_VALUES = range(1, 5)  # message tags: each kind of message has its own
 
@@ -70,10 +72,10 @@ def ring_forward(query, key, value, plan, expand=None):
         if step == 0:
             output = query.new_zeros(*query.shape[:3], values.shape[-1])  # (B, H, T_r, d_v)
             lse = query.new_full(query.shape[:3], NEG_INF)
-        part, part_lse, pairs = block_attention(query, keys, values, plan.positions[plan.rank],
+        part, part_lse, pairs = _block_attention(query, keys, values, plan.positions[plan.rank],
                                                 plan.positions[source], plan.is_causal)
         record(pairs=pairs * query.shape[1])
-        output, lse = merge_partials(output, lse, part, part_lse)
+        output, lse = _merge_partials(output, lse, part, part_lse)
         if passing is not None:
             block = passing.wait()
     return output, lse

@@ -163,8 +163,8 @@ def _mask_mistakes():
     solution=ring_masks,
     success="device 1 holds positions 2, 3, 12 and 13. At each step it compares the global positions of its "
             "queries with those of the block it holds: its own block is a triangle, rank 0's block (positions 0, 1, "
-            "14, 15) is half visible to every query, and the blocks of ranks 3 and 2 are visible only to its late half: "
-            "every device gets both early and late work.",
+            "14, 15) shows its first half to every query, and the blocks of ranks 3 and 2 are wholly visible to its "
+            "late queries and hidden from its early ones: every device gets early and late work alike.",
 )
 def _ring_masks(masks, expected):
     pattern = masks.astype(bool)

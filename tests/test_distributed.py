@@ -8,11 +8,22 @@ import multiprocessing
 
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from attn.distributed import (
-    all_gather_bytes, causal_work, count_traffic, delta_rule_relay, latent_ring_attention, ring_attention, ring_bytes,
-    shard, shard_positions, spawn, ulysses_attention, ulysses_bytes, unshard,
+    all_gather_bytes,
+    causal_work,
+    count_traffic,
+    delta_rule_relay,
+    latent_ring_attention,
+    ring_attention,
+    ring_bytes,
+    shard,
+    shard_positions,
+    spawn,
+    ulysses_attention,
+    ulysses_bytes,
+    unshard,
 )
 from attn.distributed.blocks import block_attention, merge_partials
 from attn.latent import LatentAttention
@@ -36,7 +47,7 @@ def inputs(batch, heads, kv_heads, length, head_dim, value_dim, seed=0):
 
 def one_device(query, key, value, grad_output, is_causal):
     leaves = [t.clone().requires_grad_() for t in (query, key, value)]
-    output = F.scaled_dot_product_attention(*leaves, is_causal=is_causal, enable_gqa=True)
+    output = functional.scaled_dot_product_attention(*leaves, is_causal=is_causal, enable_gqa=True)
     output.backward(grad_output)
     return [output.detach()] + [t.grad for t in leaves]
 
@@ -151,7 +162,7 @@ def test_latent_ring_and_delta_relay_equal_one_device_and_send_what_they_should(
     x = torch.randn(2, 13, 32, dtype=torch.float64)
     generator = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(2, 3, 13, d, generator=generator, dtype=torch.float64) for d in (4, 4, 5))
-    k = F.normalize(k, dim=-1)
+    k = functional.normalize(k, dim=-1)
     alpha, beta = (torch.rand(2, 3, 13, generator=generator, dtype=torch.float64) for _ in range(2))
     expected_relay, _ = gated_delta_rule_loop(q, k, v, alpha, beta)
     with torch.no_grad():

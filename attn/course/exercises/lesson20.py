@@ -12,7 +12,7 @@ import numpy as np
 
 from attn.course.exercises.answers import Array, Number
 from attn.course.exercises.directions import direction_only
-from attn.course.exercises.judging import matches
+from attn.course.exercises.judging import matches, rounding_problem
 from attn.course.exercises.registry import exercise
 
 # Exercise 20.1: four queries' partial results against block A (4 keys) and block B (2 keys), d = 2. Query 2 may see
@@ -92,6 +92,9 @@ def _merged_output(merged, expected):
         return f"give the merged output as 4 rows (the queries) of 2 numbers, shape (4, 2), not {merged.shape}."
     if matches(merged, expected):
         return None
+    rounded = rounding_problem(merged, expected, "your merged output")
+    if rounded is not None:
+        return rounded
     for mistake, hint in _merge_mistakes():
         if matches(merged, mistake):
             return hint + "."

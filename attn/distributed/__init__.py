@@ -10,11 +10,13 @@ process's queries against one block of keys, and the log-sum-exp merge. ``ring``
 Imports: attn.distributed may import attn.common and the layers; attn.measure and attn.course may import it.
 """
 
+from attn.distributed.beyond import delta_rule_relay, latent_ring_attention
 from attn.distributed.layouts import LAYOUTS, shard, shard_positions, unshard
 from attn.distributed.processes import spawn
 from attn.distributed.ring import ring_attention
 from attn.distributed.traffic import all_gather_bytes, causal_work, count_traffic, ring_bytes, ulysses_bytes
 from attn.distributed.ulysses import ulysses_attention
 
-__all__ = ["LAYOUTS", "all_gather_bytes", "causal_work", "count_traffic", "ring_attention", "ring_bytes", "shard",
-           "shard_positions", "spawn", "ulysses_attention", "ulysses_bytes", "unshard"]
+__all__ = ["LAYOUTS", "all_gather_bytes", "causal_work", "count_traffic", "delta_rule_relay", "latent_ring_attention",
+           "ring_attention", "ring_bytes", "shard", "shard_positions", "spawn", "ulysses_attention", "ulysses_bytes",
+           "unshard"]

@@ -13,7 +13,10 @@ import math
 
 import torch
 
+from attn.common.validate import has_only_finite, require_finite, require_floating, require_tensor, type_name
 from attn.distributed.layouts import position_runs
+
+__all__ = ["block_attention", "merge_partials"]
 
 NEG_INF = float("-inf")
 
@@ -53,10 +56,16 @@ def fold_heads(gradient, num_kv_heads):
 def block_attention(query, key, value, query_positions, key_positions, is_causal):
     """Partial attention of the queries over one block of keys.
 
-    Returns output (B, H, T_q, d_v), each row a softmax-weighted average of this block's values only;
-    log-sum-exp (B, H, T_q) of this block's scores, -inf (and a zero output) where a row sees no key here;
-    and the number of (query, key) score pairs computed, per batch entry and head.
+    query_positions (T_q,) and key_positions (T_k,): global positions, increasing. Returns output
+    (B, H, T_q, d_v), each row a softmax-weighted average of this block's values only; log-sum-exp
+    (B, H, T_q) of this block's scores, -inf (and a zero output) where a row sees no key here; and the number
+    of (query, key) score pairs computed, per batch entry and head.
     """
+    check_block(query, key, value, query_positions, key_positions, is_causal)
+    return _block_attention(query, key, value, query_positions, key_positions, is_causal)
+
+
+def _block_attention(query, key, value, query_positions, key_positions, is_causal):
     output = query.new_zeros(*query.shape[:3], value.shape[-1])
     lse = query.new_full(query.shape[:3], NEG_INF)
     key, value = expand_heads(key, query.shape[1]), expand_heads(value, query.shape[1])
@@ -65,8 +74,8 @@ def block_attention(query, key, value, query_positions, key_positions, is_causal
         scores = query[:, :, rows] @ key[:, :, seen].transpose(-1, -2) * scale  # (B, H, rows, seen)
         if keep is not None:
             scores = scores.masked_fill(~keep, NEG_INF)
-        row_lse = torch.logsumexp(scores, dim=-1)  # every row here sees at least its run's first key
-        weights = torch.exp(scores - row_lse[..., None])
+        row_lse = torch.logsumexp(scores, dim=-1)  # -inf for a row that sees no key of this block
+        weights = torch.exp(scores - torch.where(torch.isinf(row_lse), 0.0, row_lse)[..., None])  # such a row: 0
         output[:, :, rows] = weights @ value[:, :, seen]
         lse[:, :, rows] = row_lse
         pairs += scores.shape[-2] * scores.shape[-1]
@@ -77,8 +86,14 @@ def merge_partials(output_a, lse_a, output_b, lse_b):
     """Two partial results over disjoint keys -> the result over all of them (lesson 12's rescaling).
 
     Each output is weighted by its share of the combined softmax denominator, exp(lse_part - lse_both); a row
-    that saw no key in either part stays zero with log-sum-exp -inf, never NaN.
+    that saw no key in either part stays zero with log-sum-exp -inf, never NaN. Outputs (..., T_q, d_v),
+    log-sum-exps (..., T_q).
     """
+    _check_partials(output_a, lse_a, output_b, lse_b)
+    return _merge_partials(output_a, lse_a, output_b, lse_b)
+
+
+def _merge_partials(output_a, lse_a, output_b, lse_b):
     lse = torch.logaddexp(lse_a, lse_b)
     safe = torch.where(torch.isinf(lse), 0.0, lse)  # both parts empty: avoid -inf - -inf
     share_a = torch.exp(lse_a - safe)[..., None]  # (B, H, T_q, 1)
@@ -112,3 +127,43 @@ def block_gradients(saved, key, value, key_positions, is_causal):
         grad_query[:, :, rows] += grad_scores @ k_seen
         grad_key[:, :, seen] += grad_scores.transpose(-1, -2) @ q_rows
     return grad_query, fold_heads(grad_key, key.shape[1]), fold_heads(grad_value, key.shape[1])
+
+
+def check_block(query, key, value, query_positions, key_positions, is_causal):
+    """The inputs of ``block_attention``: shapes as its docstring says, positions increasing and distinct."""
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        require_tensor(name, tensor)
+        require_floating(name, tensor)
+        if tensor.dim() != 4 or 0 in tensor.shape:
+            raise ValueError(f"{name} must be (B, H, T, d) with no size 0, got {tuple(tensor.shape)}")
+        require_finite(name, tensor)
+    if (key.shape[:3] != value.shape[:3] or key.shape[0] != query.shape[0] or key.shape[3] != query.shape[3]
+            or query.shape[1] % key.shape[1] or {key.dtype, value.dtype} != {query.dtype}):
+        raise ValueError(f"query {tuple(query.shape)} {query.dtype}, key {tuple(key.shape)} {key.dtype} and value "
+                         f"{tuple(value.shape)} {value.dtype} do not fit: key and value share (B, H_kv, T_k), key has "
+                         "query's d_k, H_kv divides H, one dtype")
+    for name, positions, length in (("query_positions", query_positions, query.shape[2]),
+                                    ("key_positions", key_positions, key.shape[2])):
+        require_tensor(name, positions)
+        if positions.dtype != torch.int64 or positions.shape != (length,):
+            raise ValueError(f"{name} must be an int64 tensor of {length} positions, got {positions.dtype} "
+                             f"{tuple(positions.shape)}")
+        if length > 1 and not bool((positions[1:] > positions[:-1]).all()):
+            raise ValueError(f"{name} must increase (each position once, in order)")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be True or False, got {type_name(is_causal)}")
+
+
+def _check_partials(output_a, lse_a, output_b, lse_b):
+    for name, tensor in (("output_a", output_a), ("lse_a", lse_a), ("output_b", output_b), ("lse_b", lse_b)):
+        require_tensor(name, tensor)
+        require_floating(name, tensor)
+        if torch.isnan(tensor).any() or (name.startswith("output") and not has_only_finite(tensor)):
+            raise ValueError(f"{name} holds NaN{' or inf' if name.startswith('output') else ''}: a partial result "
+                             "has finite outputs and log-sum-exps that are finite or -inf (no key)")
+        if name.startswith("lse") and bool((tensor == float("inf")).any()):
+            raise ValueError(f"{name} holds +inf: a log-sum-exp is finite, or -inf for a row with no key")
+    if output_a.shape != output_b.shape or lse_a.shape != lse_b.shape or output_a.shape[:-1] != lse_a.shape:
+        raise ValueError(f"the partial results must be outputs (..., T_q, d_v) and log-sum-exps (..., T_q) of one "
+                         f"shape each, got {tuple(output_a.shape)}, {tuple(lse_a.shape)}, {tuple(output_b.shape)}, "
+                         f"{tuple(lse_b.shape)}")

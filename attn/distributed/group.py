@@ -13,7 +13,9 @@ import torch.distributed as dist
 from attn.common.validate import has_only_finite, require_choice, type_name
 from attn.distributed.layouts import LAYOUTS, pieces_per_process, shard_positions
 
-FIELDS = ("batch", "heads", "kv_heads", "length", "head_dim", "value_dim", "dtype", "is_causal", "layout", "valid")
+__all__ = ["group_rank"]  # the other checks are called by attn.distributed's algorithms only
+
+FIELDS = ("batch", "heads", "kv_heads", "length", "head_dim", "value_dim", "dtype", "is_causal", "layout")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -40,36 +42,54 @@ def group_rank(what, group):
     return rank, dist.get_world_size(group)
 
 
-def describe_shards(what, query, key, value, is_causal, layout, group, split_heads):
-    """Check this process's shards against every other process's; the positions of all of them."""
-    rank, world_size = group_rank(what, group)
-    problem = _local_problem(query, key, value, is_causal, layout)
-    mine = _description(query, key, value, is_causal, layout, problem is None)
-    rows = _gather(mine, group, world_size, query)
+def agree(what, row, problem, group, fields):
+    """Share each process's description ``row`` (whole numbers named by ``fields``) and raise together.
+
+    ``problem`` is the exception this process's own input deserves, or None. Every process raises when any
+    does; the fields other than "length" must be equal everywhere. Returns every process's row, rank order.
+    """
+    _, world_size = group_rank(what, group)
+    valid = problem is None
+    rows = _gather((*(row if valid else (0,) * len(fields)), int(valid)), group, world_size)
     if problem is not None:
         raise problem
-    refused = [r for r, row in enumerate(rows) if not row[-1]]
+    refused = [r for r, shared in enumerate(rows) if not shared[-1]]
     if refused:
-        raise ValueError(f"{what}: process {refused[0]}'s shards were refused (its own error says why), so this "
+        raise ValueError(f"{what}: process {refused[0]}'s input was refused (its own error says why), so this "
                          "process stops too rather than wait for it")
-    for field, values in zip(FIELDS, zip(*rows, strict=True), strict=True):
+    for field, values in zip(fields, zip(*rows, strict=True), strict=False):
         if field != "length" and len(set(values)) > 1:
             raise ValueError(f"{what}: the processes disagree on {field}, {list(values)} in rank order; every process "
                              "must pass shards of the same tensors with the same options")
-    lengths = [row[3] for row in rows]
+    return [shared[:-1] for shared in rows]
+
+
+def split_positions(what, lengths, layout, world_size):
+    """Every process's positions, given the shard lengths in rank order; a sentence if they are not the layout's."""
     total = sum(lengths)
     if total < pieces_per_process(layout) * world_size:
         raise ValueError(f"{what}: {total} positions in all cannot be split over {world_size} processes in the "
                          f"{layout} layout")
     positions = shard_positions(total, world_size, layout)
     expected = [len(p) for p in positions]
-    if lengths != expected:
-        raise ValueError(f"{what}: the shards have lengths {lengths} in rank order, but the {layout} layout splits "
-                         f"{total} positions over {world_size} processes as {expected}; cut them with "
+    if list(lengths) != expected:
+        raise ValueError(f"{what}: the shards have lengths {list(lengths)} in rank order, but the {layout} layout "
+                         f"splits {total} positions over {world_size} processes as {expected}; cut them with "
                          "attn.distributed.shard")
-    if split_heads and (mine[1] % world_size or mine[2] % world_size):
+    return positions
+
+
+def describe_shards(what, query, key, value, is_causal, layout, group, split_heads):
+    """Check this process's shards against every other process's; the positions of all of them."""
+    rank, world_size = group_rank(what, group)
+    problem = _local_problem(query, key, value, is_causal, layout)
+    row = None if problem else (*query.shape[:2], key.shape[1], query.shape[2], query.shape[3], value.shape[3],
+                                DTYPES.index(query.dtype), int(is_causal), LAYOUTS.index(layout))
+    rows = agree(what, row, problem, group, FIELDS)
+    positions = split_positions(what, [shared[3] for shared in rows], layout, world_size)
+    if split_heads and (row[1] % world_size or row[2] % world_size):
         raise ValueError(f"{what} splits the heads over the processes: world size {world_size} must divide both the "
-                         f"query heads ({mine[1]}) and the key/value heads ({mine[2]})")
+                         f"query heads ({row[1]}) and the key/value heads ({row[2]})")
     return Shards(rank, world_size, [p.to(query.device) for p in positions])
 
 
@@ -102,15 +122,8 @@ def _local_problem(query, key, value, is_causal, layout):
     return None
 
 
-def _description(query, key, value, is_causal, layout, valid):
-    if not valid:
-        return (0,) * (len(FIELDS) - 1) + (0,)
-    return (*query.shape[:2], key.shape[1], query.shape[2], query.shape[3], value.shape[3],
-            DTYPES.index(query.dtype), int(is_causal), LAYOUTS.index(layout), 1)
-
-
-def _gather(row, group, world_size, query):
-    device = query.device if isinstance(query, torch.Tensor) and dist.get_backend(group) == "nccl" else "cpu"
+def _gather(row, group, world_size):
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
     mine = torch.tensor(row, dtype=torch.int64, device=device)
     everyone = [torch.empty_like(mine) for _ in range(world_size)]
     dist.all_gather(everyone, mine, group=group)

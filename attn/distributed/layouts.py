@@ -10,6 +10,8 @@ import torch
 
 from attn.common.validate import require_choice, require_tensor, type_name, whole_number
 
+__all__ = ["LAYOUTS", "shard", "shard_positions", "unshard"]
+
 LAYOUTS = ("contiguous", "zigzag")
 MAX_LENGTH = 2**24  # positions: 128 MiB of int64 indices, far more than a lesson needs
 

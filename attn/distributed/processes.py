@@ -20,6 +20,8 @@ import torch.distributed as dist
 
 from attn.common.validate import positive_number, require_callable, whole_number
 
+__all__ = ["spawn"]
+
 MAX_PROCESSES = 16
 TIMEOUT = 120.0  # seconds for the whole run
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=60)  # a process that waits this long for another gives up

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from attn.distributed.blocks import NEG_INF, block_attention, block_gradients, merge_partials
+from attn.distributed.blocks import NEG_INF, _block_attention, _merge_partials, block_gradients
 from attn.distributed.group import describe_shards
 from attn.distributed.traffic import record
 from attn.flash import refuse_second_derivatives
+
+__all__ = ["ring_attention"]
 
 KEYS, VALUES, GRAD_KEYS, GRAD_VALUES = range(1, 5)  # message tags: each kind of message has its own
 
@@ -54,20 +56,26 @@ class _Passing:
         return tuple(self.received)
 
 
-def ring_forward(query, key, value, plan):
-    """This process's output (B, H, T_r, d_v) and log-sum-exp (B, H, T_r) over every process's block."""
-    output = query.new_zeros(*query.shape[:3], value.shape[-1])
-    lse = query.new_full(query.shape[:3], NEG_INF)
+def ring_forward(query, key, value, plan, expand=None):
+    """This process's output (B, H, T_r, d_v) and log-sum-exp (B, H, T_r) over every process's block.
+
+    ``expand``: None, or a function that turns the two travelling tensors into a block's keys and values
+    (latent attention sends its latents and rotary keys and expands them on arrival).
+    """
     block = (key, value)
     for step in range(plan.world_size):
         source = plan.source(step)
         passing = None
         if step < plan.world_size - 1:  # start sending before computing: the transfer overlaps the work
             passing = _Passing(block, len(plan.positions[plan.source(step + 1)]), plan, (KEYS, VALUES))
-        part, part_lse, pairs = block_attention(query, *block, plan.positions[plan.rank], plan.positions[source],
-                                                plan.is_causal)
+        keys, values = block if expand is None else expand(*block)
+        if step == 0:
+            output = query.new_zeros(*query.shape[:3], values.shape[-1])  # (B, H, T_r, d_v)
+            lse = query.new_full(query.shape[:3], NEG_INF)
+        part, part_lse, pairs = _block_attention(query, keys, values, plan.positions[plan.rank],
+                                                plan.positions[source], plan.is_causal)
         record(pairs=pairs * query.shape[1])
-        output, lse = merge_partials(output, lse, part, part_lse)
+        output, lse = _merge_partials(output, lse, part, part_lse)
         if passing is not None:
             block = passing.wait()
     return output, lse

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from attn.common.validate import require_choice, whole_number
 from attn.distributed.layouts import LAYOUTS, MAX_LENGTH, shard_positions
 
+__all__ = ["Traffic", "all_gather_bytes", "causal_work", "count_traffic", "ring_bytes", "ulysses_bytes"]
+
 
 @dataclass
 class Traffic:

@@ -10,9 +10,13 @@ independent. A second all-to-all returns each output to the process that holds i
 import torch
 import torch.distributed as dist
 
-from attn.distributed.blocks import block_attention
+from attn.distributed.blocks import _block_attention
 from attn.distributed.group import describe_shards
 from attn.distributed.traffic import record
+
+__all__ = ["ulysses_attention"]
+
+TRADE = 6  # message tag of the all-to-all's pieces
 
 
 class _AllToAll(torch.autograd.Function):
@@ -29,12 +33,22 @@ class _AllToAll(torch.autograd.Function):
 
 
 def all_to_all(pieces, incoming_shapes, group):
-    """Send pieces[j] to process j; receive a tensor of incoming_shapes[i] from process i (a list, rank order)."""
-    received = [pieces[0].new_empty(shape) for shape in incoming_shapes]
-    dist.all_to_all(received, [piece.contiguous() for piece in pieces], group=group)
+    """Send pieces[j] to process j; receive a tensor of incoming_shapes[i] from process i (a list, rank order).
+
+    Written as point-to-point sends, one to each other process, because gloo's own all_to_all needs every
+    piece to have one shape, and a length that the processes do not divide gives pieces of two lengths.
+    """
     rank = dist.get_rank(group)
-    record(sent_bytes=sum(p.numel() * p.element_size() for j, p in enumerate(pieces) if j != rank),
-           messages=len(pieces) - 1)
+    received = [pieces[0].new_empty(shape) for shape in incoming_shapes]
+    received[rank] = pieces[rank].clone()  # this process's own piece stays here
+    requests = []
+    for other in range(len(pieces)):
+        if other != rank:
+            requests.append(dist.isend(pieces[other].contiguous(), group=group, group_dst=other, tag=TRADE))
+            requests.append(dist.irecv(received[other], group=group, group_src=other, tag=TRADE))
+            record(sent_bytes=pieces[other].numel() * pieces[other].element_size(), messages=1)
+    for request in requests:
+        request.wait()
     return tuple(received)
 
 
@@ -65,6 +79,6 @@ def ulysses_attention(query, key, value, is_causal=False, layout="contiguous", g
     shards = describe_shards("ulysses_attention", query, key, value, is_causal, layout, group, split_heads=True)
     q, k, v = (to_heads(t, shards.positions, group) for t in (query, key, value))
     everywhere = torch.arange(q.shape[2], device=q.device)  # this process now holds every position
-    output, _, pairs = block_attention(q, k, v, everywhere, everywhere, is_causal)  # (B, H / N, T, d_v)
+    output, _, pairs = _block_attention(q, k, v, everywhere, everywhere, is_causal)  # (B, H / N, T, d_v)
     record(pairs=pairs * q.shape[1])
     return to_positions(output, shards.positions, group)

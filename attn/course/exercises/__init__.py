@@ -29,6 +29,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson17,
     lesson18,
     lesson19,
+    lesson20,
     primer,
 )
 from attn.course.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

@@ -247,3 +247,23 @@ def test_spawn_refuses_bad_arguments_and_ends_every_process():
 
 def _every_rank(rank, world_size):
     return rank, world_size
+
+
+def _two_rings(rank, world_size, query):
+    import torch.distributed as dist
+
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every process creates every group, in one order
+    mine, rank_in_group = groups[rank // 2], rank % 2
+    pieces = shard(query, rank_in_group, 2, "zigzag")
+    return [attention(pieces, pieces, pieces, is_causal=True, layout="zigzag", group=mine)
+            for attention in (ring_attention, ulysses_attention)]
+
+
+def test_a_subgroup_runs_its_own_ring():
+    query = inputs(1, 2, 2, 9, 4, 4)[0]
+    results = spawn(_two_rings, 4, query)
+    expected = functional.scaled_dot_product_attention(query, query, query, is_causal=True)
+    for first, second in ((0, 1), (2, 3)):
+        for which in range(2):
+            got = unshard([results[first][which], results[second][which]], "zigzag")
+            assert (got - expected).abs().max() < 1e-12

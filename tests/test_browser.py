@@ -239,14 +239,16 @@ CODE_FIT = """([short, desktop]) => {
 # No preloading: axe would fetch the stylesheets again, and resolves the theme's @import against the wrong
 # folder (a 404 that the page itself never makes); only css-orientation-lock needs them.
 # Colour contrast is by far the slowest rule, and it does not depend on the width: it runs at the desktop width
-# only, and there the code cells' inputs are left out (every rule but contrast checks them at the phone width;
+# only, as does the next slowest colour rule, link-in-text-block (a link told from its sentence by colour or
+# underline: the same stylesheet at every width), and there the code cells' inputs are left out (every rule but contrast checks them at the phone width;
 # their syntax colours are the same on every page and test_code_colours_have_contrast_in_both_modes checks them
 # once, in both colour modes). One axe run per visit: each run first walks the whole page.
 AXE = """async ([desktop]) => {
   const results = await axe.run(
     {exclude: desktop ? [["mjx-container"], [".cell_input"]] : [["mjx-container"]]},
     {resultTypes: ["violations"], preload: false,
-     rules: {"color-contrast": {enabled: desktop}, "label-content-name-mismatch": {enabled: true}}});
+     rules: {"color-contrast": {enabled: desktop}, "link-in-text-block": {enabled: desktop},
+             "label-content-name-mismatch": {enabled: true}}});
   return results.violations.map(v => ({id: v.id, impact: v.impact, count: v.nodes.length,
                                        first: v.nodes[0].target.join(" ") + " " + v.nodes[0].html.slice(0, 80)}));
 }"""

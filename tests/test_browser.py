@@ -240,9 +240,10 @@ CODE_FIT = """([short, desktop]) => {
 # folder (a 404 that the page itself never makes); only css-orientation-lock needs them.
 # Colour contrast is by far the slowest rule, and it does not depend on the width: it runs at the desktop width
 # only, as does the next slowest colour rule, link-in-text-block (a link told from its sentence by colour or
-# underline: the same stylesheet at every width), and there the code cells' inputs are left out (every rule but contrast checks them at the phone width;
-# their syntax colours are the same on every page and test_code_colours_have_contrast_in_both_modes checks them
-# once, in both colour modes). One axe run per visit: each run first walks the whole page.
+# underline: the same stylesheet at every width). At the desktop width the code cells' inputs are left out (every
+# rule but contrast checks them at the phone width; their syntax colours are the same on every page and
+# test_code_colours_have_contrast_in_both_modes checks them once, in both colour modes). One axe run per visit:
+# each run first walks the whole page.
 AXE = """async ([desktop]) => {
   const results = await axe.run(
     {exclude: desktop ? [["mjx-container"], [".cell_input"]] : [["mjx-container"]]},

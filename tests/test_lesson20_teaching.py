@@ -79,3 +79,14 @@ def test_all_to_all_by_loops_is_a_transposition(lesson20):
     received = lesson20["all_to_all_by_loops"](pieces)
     assert all(received[j][i] == (i, j) for i in range(3) for j in range(3))
     assert len(received) == 3
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_ulysses_process_equals_one_device(lesson20, world_size):
+    generator = torch.Generator().manual_seed(20 + world_size)
+    query, key, value = (torch.randn(4, 4 * world_size + 3, 6, dtype=torch.float64, generator=generator)
+                         for _ in range(3))
+    for is_causal in (False, True):
+        expected = functional.scaled_dot_product_attention(query, key, value, is_causal=is_causal)
+        rows = spawn(lesson20["ulysses_process"], world_size, query, key, value, is_causal)
+        torch.testing.assert_close(torch.cat(rows, dim=1), expected, rtol=0, atol=1e-12)

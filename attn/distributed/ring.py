@@ -48,7 +48,7 @@ class _Passing:
         for tensor, buffer, tag in zip(tensors, self.received, tags, strict=True):
             self.requests.append(dist.isend(tensor.contiguous(), group=plan.group, group_dst=after, tag=tag))
             self.requests.append(dist.irecv(buffer, group=plan.group, group_src=before, tag=tag))
-            record(sent_bytes=tensor.numel() * tensor.element_size(), messages=1)
+            record(sent_bytes=tensor.numel() * tensor.element_size())
 
     def wait(self):
         for request in self.requests:

@@ -1,8 +1,9 @@
 """What lesson 20's algorithms send and compute, counted two ways that the tests prove equal.
 
 ``count_traffic()`` counts, inside one process, the bytes its sends carry and the (query, key) score pairs
-it computes while the block runs. The formulas below give the same counts without running anything, so
-they can be drawn for lengths and process counts this machine cannot run. A "block" is one process's
+it computes while the block runs. The byte formulas below give the same byte counts without running anything,
+so they can be drawn for lengths and process counts this machine cannot run; ``causal_work`` counts the pairs
+a causal mask keeps, which the ring computes plus the masked part of the runs that cross the diagonal. A "block" is one process's
 keys and values: B * H_kv * (T / N) * (d_k + d_v) numbers.
 """
 
@@ -17,10 +18,9 @@ __all__ = ["Traffic", "all_gather_bytes", "causal_work", "count_traffic", "ring_
 
 @dataclass
 class Traffic:
-    """Counts for one process: bytes sent, messages sent, score pairs computed (per batch entry and head)."""
+    """Counts for one process: bytes sent, and (query, key) score pairs computed, summed over heads, per batch entry."""
 
     sent_bytes: int = 0
-    messages: int = 0
     pairs: int = 0
 
 
@@ -38,11 +38,10 @@ def count_traffic():
         _counters.remove(traffic)
 
 
-def record(sent_bytes=0, messages=0, pairs=0):
+def record(sent_bytes=0, pairs=0):
     """Add to every open count (called by the algorithms; cheap when nothing counts)."""
     for traffic in _counters:
         traffic.sent_bytes += sent_bytes
-        traffic.messages += messages
         traffic.pairs += pairs
 
 

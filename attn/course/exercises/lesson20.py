@@ -72,9 +72,10 @@ def _merge_mistakes():
 
 
 def _not_finite():
-    return ("give the merged output, not a log-sum-exp; and a query with no allowed key in either block (the last "
-            "row) must not become NaN, even though exp(lse_a - lse) is then exp(-inf + inf): its output stays 0, as "
-            "the lesson's convention says; subtract 0 where the merged log-sum-exp is -inf")
+    return ("every entry of the merged output is a finite number (give the output, not a log-sum-exp, "
+            "which is -inf for an empty row). A query with no allowed key in either block (the "
+            "last row) must not become NaN, even though exp(lse_a - lse) is then exp(-inf + inf): its output stays 0, "
+            "as the lesson's convention says; subtract 0 where the merged log-sum-exp is -inf")
 
 
 @exercise(

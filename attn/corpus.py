@@ -1,9 +1,9 @@
 """The public path of the Austen corpus (lesson 13): ``attn.corpus.austen()`` and ``python -m attn.corpus``.
 
-The code lives in ``attn/models/corpus.py``; this module re-exports its public names.
+The code lives in ``attn/data/corpus.py``; this module re-exports its public names.
 """
 
-from attn.models.corpus import TITLES, austen, main
+from attn.data.corpus import TITLES, austen, main
 
 __all__ = ["TITLES", "austen", "main"]
 

@@ -119,7 +119,7 @@ def causal_keep_mask(t_q, t_k, device=None):
     is the usual lower triangle; with T_q < T_k (new queries after cached keys) it is what decoding needs.
     PyTorch's ``is_causal=True`` is documented as aligned to the start (top-left), which does not fit new
     queries after cached keys; PyTorch's end-aligned mask is ``torch.nn.attention.bias.causal_lower_right``,
-    equal to this one (tests/test_masks.py checks it).
+    equal to this one (tests/layers/test_masks.py checks it).
     """
     t_q, t_k = whole_count("t_q", t_q), whole_count("t_k", t_k)
     device = check_device("device", device)

@@ -155,7 +155,7 @@ class LightningIndexer(nn.Module):
         The reference returns only its top-k indices (torch.topk), computed in float32 whatever its input; where a
         query sees fewer than k keys they include future keys (its attention masks them), and its ties fall in no
         stated order (ReLU makes exact ties common: a key on which every head is zero scores 0). ``topk_keep_mask``
-        keeps neither future keys nor an unstated tie rule; tests/test_sparse.py compares the two where no tie decides.
+        keeps neither future keys nor an unstated tie rule; tests/layers/test_sparse.py compares the two where no tie decides.
         """
         config = _indexer_config(module)
         layer = cls(config.hidden_size, config.q_lora_rank, config.index_n_heads, config.index_head_dim,

@@ -77,7 +77,7 @@ def _build_book(output):
 # The slowest module (the browser test, which opens every page at two widths) starts first, so that the other
 # worker runs everything else meanwhile instead of the suite waiting on it at the end (pytest-xdist's
 # loadscope hands out modules in collection order). The book-build checks come next: they share its build.
-FIRST = ("tests/test_browser.py", "tests/test_book_build.py")
+FIRST = ("tests/book/test_browser.py", "tests/book/test_book_build.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

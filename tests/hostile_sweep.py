@@ -51,7 +51,7 @@ ALLOWED = (ValueError, TypeError, FileNotFoundError)
 
 # name (module.qualname, a method as module.Class.method; or a whole module) -> why it is not swept
 EXEMPT = {
-    "attn.models.corpus.download_deb": "runs apt-get download (network); its refusals are tested in test_austen.py",
+    "attn.data.corpus.download_deb": "runs apt-get download (network); its refusals are tested in test_austen.py",
     "attn.course.execute.execute": "runs notebooks in Jupyter kernels (seconds each); its command line is swept",
     "attn.measure.gpu.suite.run_suite": "runs the GPU suite's subprocesses for minutes; its command line is swept",
     "attn.measure.gpu.suite.main": "called by python -m attn.measure.bench after its own argument checks (swept)",
@@ -69,29 +69,36 @@ EXEMPT = {
     "attn.course.reading_time": "counts the course's own notebooks for the instructors' guide: its command line is swept",
     # Long work by design (minutes of training or timing): each is what a command line runs after checking its
     # arguments, and the command line is swept; a plain call here would train for minutes.
-    "attn.models.window_runs.run_all": "trains lesson 14's recall runs (python -m attn.models.window_runs, swept)",
-    "attn.models.window_induction.run_all": "trains lesson 14's induction runs (python -m attn.models.window_induction, "
-                                            "swept)",
-    "attn.models.compressed_recall.run_all": "trains lesson 15's comparisons (python -m attn.models.compressed_recall, swept)",
-    "attn.models.window_austen.run": "measures the Austen model's windows (python -m attn.models.window_austen, swept)",
+    "attn.experiments.window_runs.run_all": "trains lesson 14's recall runs (python -m "
+                                          "attn.experiments.window_runs, swept)",
+    "attn.experiments.window_induction.run_all": "trains lesson 14's induction runs (python -m "
+                                                "attn.experiments.window_induction, swept)",
+    "attn.experiments.compressed_recall.run_all": "trains lesson 15's comparisons (python -m "
+                                                  "attn.experiments.compressed_recall, swept)",
+    "attn.experiments.window_austen.run": "measures the Austen model's windows (python -m "
+                                           "attn.experiments.window_austen, swept)",
     "attn.measure.bench.run_benchmark": "times every case for minutes (python -m attn.measure.bench, swept)",
-    "attn.models.induction_runs.run_all": "trains lesson 11's seeds (python -m attn.models.induction_runs, swept)",
-    "attn.models.induction_runs.run_with_checkpoints": "trains one of lesson 11's seeds (python -m attn.models.induction_runs)",
+    "attn.experiments.induction_runs.run_all": "trains lesson 11's seeds (python -m attn.experiments.induction_runs, swept)",
+    "attn.experiments.induction_runs.run_with_checkpoints": "trains one of lesson 11's seeds (python -m "
+                                                            "attn.experiments.induction_runs)",
     "attn.models.induction.files.train_and_save": "trains lesson 11's models (python -m attn.models.induction, swept)",
     "attn.models.lm_training.train": "trains the Austen model for hours (python -m attn.lm train, swept)",
-    "attn.models.pretrained_reading.run": "reads SmolLM2 and the Austen model for minutes (python -m "
-    "attn.models.pretrained_reading, swept); it checks size, out and progress before loading anything",
-    "attn.models.long_context.run": "reads and fine-tunes the Austen model for minutes (python -m "
-    "attn.models.long_context, swept); it checks size, out and progress before loading anything",
-    "attn.models.pretrained_length.run": "reads SmolLM2 past 8,192 positions for minutes (python -m "
-    "attn.models.pretrained_length, swept); it checks size, out and progress before loading anything",
-    "attn.models.pretrained_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "
-    "attn.models.pretrained_sparse, swept); it checks size, out and progress before loading anything",
-    "attn.models.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m attn.models.position_runs, swept)",
-    "attn.models.sparse_runs.run_all": "trains lesson 18's side-by-side runs (python -m attn.models.sparse_runs, swept)",
-    "attn.models.sparse_runs.recall_run": "trains one of lesson 18's recall runs (python -m attn.models.sparse_runs, swept)",
-    "attn.models.sparse_runs.induction_run": "trains one of lesson 18's induction runs (python -m attn.models.sparse_runs, "
-                                             "swept)",
+    "attn.experiments.smollm2_reading.run": "reads SmolLM2 and the Austen model for minutes (python -m "
+    "attn.experiments.smollm2_reading, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.long_context.run": "reads and fine-tunes the Austen model for minutes (python -m "
+    "attn.experiments.long_context, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.smollm2_length.run": "reads SmolLM2 past 8,192 positions for minutes (python -m "
+    "attn.experiments.smollm2_length, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.smollm2_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "
+    "attn.experiments.smollm2_sparse, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m "
+                                              "attn.experiments.position_runs, swept)",
+    "attn.experiments.sparse_runs.run_all": "trains lesson 18's side-by-side runs (python -m "
+                                            "attn.experiments.sparse_runs, swept)",
+    "attn.experiments.sparse_runs.recall_run": "trains one of lesson 18's recall runs (python -m "
+                                               "attn.experiments.sparse_runs, swept)",
+    "attn.experiments.sparse_runs.induction_run": "trains one of lesson 18's induction runs (python -m "
+                                                  "attn.experiments.sparse_runs, swept)",
     # Records: named tuples the GGUF reader fills with values it has checked. read_header and tensor_bytes take
     # the learner's input (swept, and fuzzed in test_gguf.py); tensor_bytes refuses a record not the file's own.
     "attn.gguf.Header": "a record (NamedTuple) of a checked GGUF file's header, built by read_header (swept, fuzzed)",

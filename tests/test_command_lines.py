@@ -37,7 +37,7 @@ def test_induction_out_is_checked_before_three_thousand_steps(capsys, tmp_path):
     cases = {
         str(a_file): f"argument --out: {a_file} is a file; give a folder (it is created if it does not exist yet)",
         str(a_file / "models"): f"argument --out: {a_file / 'models'} lies under {a_file}, which is a file, not a folder",
-        "": "argument --out: the folder name is empty; give one, such as lessons/models",
+        "": "argument --out: the folder name is empty; give one, such as lessons/records",
         "/proc/models": "argument --out: /proc/models cannot be written here (no permission to create files in /proc)",
     }
     for out, message in cases.items():
@@ -144,7 +144,7 @@ def test_execute_writes_the_times_through_a_temporary_file(monkeypatch, tmp_path
 
 
 def test_induction_runs_checks_its_folder_before_training(capsys, monkeypatch, tmp_path):
-    from attn.models import induction_runs
+    from attn.experiments import induction_runs
 
     monkeypatch.setattr(induction_runs, "run_with_checkpoints", lambda *arguments: pytest.fail("training started"))
     assert "argument --out: /dev/full is a file" in error_of(capsys, induction_runs.main, ["--out", "/dev/full"])

@@ -11,7 +11,8 @@ import torch
 from attn.common import destinations
 from attn.course import execute
 from attn.course.exercises.registry import verdict
-from attn.models import compressed_recall, induction, lm_training, window_runs
+from attn.experiments import compressed_recall, window_runs
+from attn.models import induction, lm_training
 
 
 @pytest.fixture
@@ -272,8 +273,10 @@ def test_a_latent_cache_filled_by_a_layer_of_other_sizes_is_refused():
 
 # --- models and measurements: sentences where they answered with negative bytes, NaN or a traceback ------------
 
+from attn.data import tokenizer  # noqa: E402
+from attn.experiments import austen_heads  # noqa: E402
 from attn.measure.published_caches import PublishedAttention  # noqa: E402
-from attn.models import lm_heads, ngram, tokenizer  # noqa: E402
+from attn.models import ngram  # noqa: E402
 from attn.models.decoder import Decoder  # noqa: E402
 from attn.models.induction.scores import previous_token_scores  # noqa: E402
 
@@ -320,7 +323,7 @@ def test_previous_token_scores_refuse_meta_weights():
 
 @pytest.mark.parametrize("weights", [torch.ones(2, 1, 2, 1, 1), torch.ones(0, 1, 2, 4, 4)])
 def test_head_measures_refuse_weights_too_short_to_measure(weights):
-    for measure in (lm_heads.first_token_weight, lm_heads.previous_token_score):
+    for measure in (austen_heads.first_token_weight, austen_heads.previous_token_score):
         with pytest.raises(ValueError, match="hold no query after the first to average over"):
             measure(weights)
 
@@ -355,7 +358,7 @@ def test_window_decode_times_checks_its_lengths_first(lengths, error):
 
 @pytest.mark.parametrize("name", ["dangling", "loop-a", "x" * 300])
 def test_induction_runs_refuses_a_bad_out_before_training(capsys, places, name, monkeypatch):
-    from attn.models import induction_runs
+    from attn.experiments import induction_runs
 
     monkeypatch.setattr(induction_runs, "run_all", lambda *arguments, **options: pytest.fail("trained first"))
     assert "argument --out: " in refusal(capsys, induction_runs.main, ["--out", str(places / name)])

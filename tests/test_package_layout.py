@@ -1,10 +1,11 @@
-"""The package's tree shows the course: layers at the top, then models, then measurements and the course's machinery.
+"""The package's tree shows the course: layers at the top, then what is fetched, what is trained, what is measured.
 
 Imports run one way. ``attn.common`` (helpers under everything) imports nothing else of the package; a layer
-(a module at the top of ``attn/``) imports only common and other layers; a model (``attn.models``) adds the
-layers; serving (``attn.serving``, lesson 19) adds the models; attention across devices (``attn.distributed``,
-lesson 20) adds only the layers; a measurement (``attn.measure``) and the course's machinery (``attn.course``) add
-serving, distributed and the models. The
+(a module at the top of ``attn/``) imports only common and other layers; data (``attn.data``: the corpus, the
+tokenizer, the model fetch) only common; a model (``attn.models``) adds the layers and data; serving
+(``attn.serving``, lesson 19) adds the models; attention across devices (``attn.distributed``, lesson 20) adds only
+the layers; an experiment (``attn.experiments``, one seeded command per record a lesson reads) adds serving; a
+measurement (``attn.measure``) adds distributed; the course's machinery (``attn.course``) may read them all. The
 package's own ``__init__`` is the public front door and may name anything. No module grows past about 400
 lines without a reason written here.
 """
@@ -17,20 +18,22 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "attn"
 
-SUBPACKAGES = ("common", "models", "serving", "distributed", "measure", "course")
+SUBPACKAGES = ("common", "data", "models", "serving", "distributed", "experiments", "measure", "course")
 # Which groups each group may import (its own included).
 ALLOWED = {
     "common": {"common"},
     "layers": {"common", "layers"},
-    "models": {"common", "layers", "models"},
-    "serving": {"common", "layers", "models", "serving"},  # lesson 19: serving runs the models
+    "data": {"common", "data"},  # what is fetched and read: nothing of the models
+    "models": {"common", "layers", "data", "models"},
+    "serving": {"common", "layers", "data", "models", "serving"},  # lesson 19: serving runs the models
     "distributed": {"common", "layers", "distributed"},  # lesson 20: the layers split across processes
-    "measure": {"common", "layers", "models", "serving", "distributed", "measure"},
-    "course": {"common", "layers", "models", "serving", "distributed", "course"},
+    "experiments": {"common", "layers", "data", "models", "serving", "experiments"},
+    "measure": {"common", "layers", "data", "models", "serving", "distributed", "measure"},
+    "course": {"common", "layers", "data", "models", "serving", "distributed", "experiments", "measure", "course"},
 }
 # The public paths that /work/shared/COURSE.md promises for modules that live in a subpackage: a thin front door
 # each, which only re-exports (checked below), so they count as the group they point into.
-FRONT_DOORS = {"attn.corpus": "models", "attn.lm": "models", "attn.pretrained": "models"}
+FRONT_DOORS = {"attn.corpus": "data", "attn.lm": "models", "attn.pretrained": "models"}
 LONG_MODULES = {
     # module: why it stays whole
     "attn/course/exercises/primer.py": "the interlude's four exercises and their named mistakes, "
@@ -39,7 +42,7 @@ LONG_MODULES = {
 
 
 def group_of(module):
-    """'common', 'layers', 'models', 'measure', 'course', or None for the package's front door ``attn`` itself."""
+    """The group of a module (one of SUBPACKAGES, or 'layers'), or None for the package's front door ``attn`` itself."""
     parts = module.split(".")
     if parts == ["attn"]:
         return None
@@ -110,7 +113,7 @@ def test_a_front_door_only_re_exports(name):
     tree = ast.parse((PACKAGE.parent / f"{name.replace('.', '/')}.py").read_text())
     kinds = {type(node).__name__ for node in tree.body[1:]}  # after the docstring
     extra = kinds - {"ImportFrom", "Assign", "If"}
-    assert not extra, f"{name} defines {extra}: keep its code in attn.models"
+    assert not extra, f"{name} defines {extra}: keep its code in the subpackage it points into"
 
 
 def test_the_direction_check_catches_a_layer_that_imports_a_model(tmp_path):

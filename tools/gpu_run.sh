@@ -4,7 +4,7 @@
 #
 #   tools/gpu_run.sh NAME [COPY_TO]
 #
-# writes lessons/results/gpu-NAME.json (the table is printed last, the full output also goes to
+# writes lessons/benchmarks/gpu-NAME.json (the table is printed last, the full output also goes to
 # gpu-NAME.log beside it) and, if COPY_TO is given, copies both there as well (for example $OUT on a
 # borrowed machine, whose files come back). PYTHON chooses the interpreter (default: python3).
 # Exit status: the suite's (1 if a CUDA test failed), or 2 if the arguments or the machine are wrong.
@@ -34,8 +34,8 @@ if not torch.cuda.is_available():
              f"{sys.argv[1]} -m attn.measure.bench --suite gpu --dry-run --out /tmp/gpu-dry.json")
 PYTHON
 
-out=lessons/results/gpu-$name.json
-log=lessons/results/gpu-$name.log
+out=lessons/benchmarks/gpu-$name.json
+log=lessons/benchmarks/gpu-$name.log
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 status=0
 "$python" -m attn.measure.bench --suite gpu --out "$out" 2>&1 | tee "$log" || status=$?

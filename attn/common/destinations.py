@@ -122,7 +122,7 @@ def _target(path):
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
-def folder_problem(text, example="lessons/models"):
+def folder_problem(text, example="lessons/records"):
     """None if ``text`` is, or can be made, a folder to write files in; else what is wrong with it."""
     if not str(text).strip():
         return f"the folder name is empty; give one, such as {example}"
@@ -159,7 +159,7 @@ def _can_create_in(folder):
         return False
 
 
-def output_folder(text, file_names, example="lessons/models"):
+def output_folder(text, file_names, example="lessons/records"):
     """``text`` as a Path, if it names a folder that is there (or can be made) and can be written in, where none of
     ``file_names`` is taken by a folder; a ValueError (TypeError for a non-path) saying what is wrong otherwise."""
     if not isinstance(text, str | os.PathLike):
@@ -177,7 +177,7 @@ def output_folder(text, file_names, example="lessons/models"):
     return Path(text)
 
 
-def folder_argument(*file_names, example="lessons/models"):
+def folder_argument(*file_names, example="lessons/records"):
     """An argparse ``type=`` for ``--out FOLDER`` that will hold ``file_names``: checked before any work starts."""
 
     def check(text):

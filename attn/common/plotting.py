@@ -185,7 +185,7 @@ def seed_dots(accuracies, title, axes=None, xlabel="held-out accuracy"):
     the 95% interval of the mean (Student's t over the seeds, attn.common.stats) as a grey line through it.
 
     accuracies: {task: {arm: [accuracy per seed]}}, every task with the same arms in the same order, every
-    list of at least two finite numbers from 0 to 1 (lesson 18 passes the runs of attn.models.sparse_runs).
+    list of at least two finite numbers from 0 to 1 (lesson 18 passes the runs of attn.experiments.sparse_runs).
     axes: one matplotlib Axes per task, or None for a new figure of COLUMN_WIDTH. Returns the axes.
     """
     from attn.common.stats import paired_interval  # the one-sample interval is the paired one against zeros

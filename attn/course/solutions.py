@@ -17,7 +17,7 @@ It is idempotent: a folded notebook is written back unchanged (the command says 
 changed). ``--check`` changes nothing and fails if a notebook is not folded, for CI and the tests.
 
 ``later_cells_needing_solutions`` reads a notebook's code and names the cells outside solutions that use a
-name only a solution defines: "Run All" must not depend on the solutions (tests/test_solutions_folded.py).
+name only a solution defines: "Run All" must not depend on the solutions (tests/course/test_solutions_folded.py).
 """
 
 import argparse

@@ -1,7 +1,7 @@
 """Benchmark the attention core (explicit vs fused) and whole layers (ours vs nn.MultiheadAttention).
 
-    python -m attn.measure.bench --out lessons/results/bench-NAME.json
-    python -m attn.measure.bench --suite gpu --out lessons/results/gpu-NAME.json
+    python -m attn.measure.bench --out lessons/benchmarks/bench-NAME.json
+    python -m attn.measure.bench --suite gpu --out lessons/benchmarks/gpu-NAME.json
         (everything lesson 6 measures: attn/measure/gpu/suite.py)
 
 Times are medians after warm-up, with the device synchronised around every run; each row also

@@ -1,8 +1,12 @@
-"""Models the course trains with its own layers: lesson 7's recall model (recall), lesson 10's decoder (decoder),
-lesson 11's attention-only transformers and their seeds' runs (induction, induction_runs), lesson 13's language model
-with its corpus and tokenizer (corpus, tokenizer, lm, lm_heads), and the experiments of lessons 14 and 15 that train;
-and lesson 16's pretrained SmolLM2-135M, fetched, converted and loaded into the course's Llama (pretrained_fetch,
-pretrained).
+"""What is trained or loaded: the models the course builds from its own layers, and the real one it loads.
 
-These import the layers (the top of ``attn``) and ``attn.common``; never ``attn.measure`` or ``attn.course``.
+Lesson 7's recall model (recall), lesson 10's decoder (decoder), lesson 11's attention-only transformers
+(induction), lesson 13's Austen language model with its training and checks (lm, lm_training, lm_checks) and its
+count-based baselines (ngram), lesson 16's Llama decoder (llama) and SmolLM2-135M converted into it and loaded
+(pretrained; ``python -m attn.pretrained``), and the token mixers of lesson 18's side-by-side runs (sparse_mixers).
+The commands that train the shipped weights (``python -m attn.lm train``, ``python -m attn.models.induction``)
+write them, with the logs of their training, into ``lessons/weights/``.
+
+Imports: the layers (the top of ``attn``), ``attn.common`` and ``attn.data``; never the experiments, serving,
+measurements or the course.
 """

@@ -6,7 +6,7 @@ table and no hard length limit, though it was trained on ``context_length`` toke
 LayerNorm and a readout that shares the embedding matrix (weight tying, as in GPT-2). Lesson 10's
 ``attn.models.decoder.generate`` and KV caches work with it unchanged.
 
-Training: a byte-level BPE tokenizer (``attn.models.tokenizer``) and the model are trained on five
+Training: a byte-level BPE tokenizer (``attn.data.tokenizer``) and the model are trained on five
 novels; ``HELD_OUT`` (Persuasion, the last novel Austen finished) is never seen, so the loss on it
 measures generalisation, not memory. Beside it, the unigram and bigram baselines on the same text.
 
@@ -15,7 +15,7 @@ measures generalisation, not memory. Beside it, the unigram and bigram baselines
 
 writes ``DIR/austen_lm.pt`` (weights in 16-bit floats, with the configuration),
 ``DIR/austen_tokenizer.json`` and ``DIR/austen_training.json`` (the curve, the held-out loss and
-perplexity, the baselines and the provenance). ``load()`` reads the files shipped in lessons/models.
+perplexity, the baselines and the provenance). ``load()`` reads the files shipped in lessons/weights.
 
 The training, its data and the command line live in ``attn.models.lm_training``.
 """
@@ -30,15 +30,15 @@ from torch import nn
 from attn.block import TransformerBlock
 from attn.common.layer_checks import check_parameters
 from attn.common.validate import positive_int, type_name
+from attn.data.corpus import REPOSITORY_ROOT
+from attn.data.tokenizer import Tokenizer
 from attn.kvcache import KVCache
-from attn.models.corpus import REPOSITORY_ROOT
 from attn.models.decoder import check_decoder_call
-from attn.models.tokenizer import Tokenizer
 
 HELD_OUT = "persuasion"
 
 
-MODELS_FOLDER = REPOSITORY_ROOT / "lessons" / "models"
+WEIGHTS_FOLDER = REPOSITORY_ROOT / "lessons" / "weights"
 
 
 WEIGHTS_NAME, TOKENIZER_NAME, LOG_NAME = "austen_lm.pt", "austen_tokenizer.json", "austen_training.json"
@@ -155,14 +155,14 @@ def model_arguments(config):
 
 
 def load(directory=None):
-    """(model, tokenizer) from ``directory`` (default lessons/models): the model in eval mode, float32.
+    """(model, tokenizer) from ``directory`` (default lessons/weights): the model in eval mode, float32.
 
     model(tokens (B, T)) -> logits (B, T, V); model(tokens, need_weights=True) -> (logits, weights
     (L, B, H, T, T)); tokenizer.encode(str) -> list[int], tokenizer.decode(list) -> str.
     """
     if directory is not None and not isinstance(directory, str | Path):
         raise TypeError(f"directory must be None or a path (str or pathlib.Path), got {type_name(directory)}")
-    folder = MODELS_FOLDER if directory is None else Path(directory)
+    folder = WEIGHTS_FOLDER if directory is None else Path(directory)
     for name in (WEIGHTS_NAME, TOKENIZER_NAME):
         if not (folder / name).is_file():
             raise FileNotFoundError(f"{folder / name} is missing; train a model there with '{TRAIN_COMMAND} --out {folder}'")

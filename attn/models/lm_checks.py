@@ -11,7 +11,7 @@ import torch
 
 from attn.common.destinations import name_problem
 from attn.common.validate import type_name
-from attn.models.corpus import austen
+from attn.data.corpus import austen
 
 CONFIG_KEYS = ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "dropout", "seed", "steps",
                "learning_rate", "warmup_steps", "weight_decay")

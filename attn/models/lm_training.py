@@ -27,7 +27,8 @@ from attn.common.validate import (
     type_name,
     whole_count,
 )
-from attn.models.corpus import TITLES, austen
+from attn.data.corpus import TITLES, austen
+from attn.data.tokenizer import Tokenizer, train_tokenizer
 from attn.models.lm import (
     CHECKPOINT_NAME,
     HELD_OUT,
@@ -47,7 +48,6 @@ from attn.models.lm_checks import (
     load_checkpoint,
 )
 from attn.models.ngram import baseline_log
-from attn.models.tokenizer import Tokenizer, train_tokenizer
 
 
 def split_novels(novels):
@@ -60,7 +60,7 @@ def split_novels(novels):
 def token_tensor(tokenizer, texts):
     """One int64 tensor (N,) of the texts' tokens, one text after another."""
     if not callable(getattr(tokenizer, "encode", None)):
-        raise TypeError(f"tokenizer must be an attn.models.tokenizer.Tokenizer, got {type_name(tokenizer)}")
+        raise TypeError(f"tokenizer must be an attn.data.tokenizer.Tokenizer, got {type_name(tokenizer)}")
     if not isinstance(texts, list | tuple) or not all(isinstance(text, str) for text in texts):
         raise TypeError(f"texts must be a list of str, got {type_name(texts)}")
     return torch.tensor([token for text in texts for token in tokenizer.encode(text)], dtype=torch.long)
@@ -279,7 +279,7 @@ def final_log(config, state, tokenizer, train_tokens, held_out_tokens):
     check_config(config)
     _check_state(state)
     if not callable(getattr(tokenizer, "encode", None)):
-        raise TypeError(f"tokenizer must be an attn.models.tokenizer.Tokenizer, got {type_name(tokenizer)}")
+        raise TypeError(f"tokenizer must be an attn.data.tokenizer.Tokenizer, got {type_name(tokenizer)}")
     inputs, targets = held_out_windows(held_out_tokens, config["context_length"])
     loss = mean_loss(state["model"], inputs, targets)
     measured = {"held_out_loss": round(loss, 4), "held_out_perplexity": round(math.exp(loss), 2)}

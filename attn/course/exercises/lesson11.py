@@ -13,11 +13,11 @@ from attn.course.exercises.answers import AnswerError, Array, Number
 from attn.course.exercises.judging import compare_without_answer, matches
 from attn.course.exercises.registry import exercise
 
-# Where exercise 11.2's check looks for the lesson's trained weights, in this order: the clone's lessons/models
-# beside the attn package (an editable install), then models/ and lessons/models/ under the current folder (the
+# Where exercise 11.2's check looks for the lesson's trained weights, in this order: the clone's lessons/weights
+# beside the attn package (an editable install), then weights/ and lessons/weights/ under the current folder (the
 # lesson runs in lessons/, so an installed package finds the weights there too).
-MODELS = Path(__file__).resolve().parents[3] / "lessons" / "models"
-MODEL_FOLDERS = (MODELS, Path("models"), Path("lessons") / "models")
+WEIGHTS = Path(__file__).resolve().parents[3] / "lessons" / "weights"
+MODEL_FOLDERS = (WEIGHTS, Path("weights"), Path("lessons") / "weights")
 
 SEQUENCE_SEED, QUERY = 16, 21  # exercise 11.1: make_repeat_data(1, seed=16), whose query 21 is in the second copy
 BLOCK_LENGTH = 8  # that sequence's block: positions 10-17, again at 18-25 (the tests check it)
@@ -78,7 +78,7 @@ def _trained_two_layer_model():
         raise AnswerError(
             f"this check measures lesson 11's trained model, {weights_path('', 2)}, and it is in none of the folders "
             f"it looks in ({looked}); run the check from the lesson's folder, or make the models with "
-            "python -m attn.models.induction --out lessons/models."
+            "python -m attn.models.induction --out lessons/weights."
         )
     try:
         return load_trained(folder, 2)

@@ -32,7 +32,7 @@ MERGES = 10
 
 def _tokens_after(words, merges):
     """How many tokens ``words`` (a list of str) take once ``merges`` (pairs of bytes) are applied in order."""
-    from attn.models.tokenizer import merge_pair
+    from attn.data.tokenizer import merge_pair
 
     total = 0
     for word in words:
@@ -45,14 +45,14 @@ def _tokens_after(words, merges):
 
 def _merge_counts():
     """The first MERGES merges with their counts, as lesson 13's loop prints them."""
-    from attn.models.tokenizer import bpe_merges, pretokenize
+    from attn.data.tokenizer import bpe_merges, pretokenize
 
     return bpe_merges(pretokenize(PARAGRAPH), MERGES)
 
 
 def _paragraph_facts():
     """(words, the first MERGES merges, the token count after them), with lesson 13's rule for ties."""
-    from attn.models.tokenizer import bpe_merges, pretokenize
+    from attn.data.tokenizer import bpe_merges, pretokenize
 
     words = pretokenize(PARAGRAPH)
     merges = [pair for pair, _ in bpe_merges(words, MERGES)]

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[3]  # the course folder: attn/measure/gp
 def cuda_test_files(tests_folder):
     """The test files that hold CUDA cases: those using tests/devices.py's parametrisation or the cuda marker."""
     uses_cuda = ("from tests.devices import", "pytest.mark.cuda")
-    return sorted(path for path in Path(tests_folder).glob("test_*.py") if any(word in path.read_text() for word in uses_cuda))
+    return sorted(path for path in Path(tests_folder).rglob("test_*.py") if any(word in path.read_text() for word in uses_cuda))
 
 
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed|warnings?)")

@@ -98,7 +98,7 @@ def recorded_runs(folder):
     warning that names it, so that one bad file does not hide the good ones.
     """
     if not isinstance(folder, str | os.PathLike) or not Path(folder).is_dir():
-        raise ValueError(f"folder must be a folder of JSON results, such as lessons/results, got {folder!r:.60}")
+        raise ValueError(f"folder must be a folder of JSON results, such as lessons/benchmarks, got {folder!r:.60}")
     runs = []
     for path in sorted(Path(folder).glob("*.json")):
         try:

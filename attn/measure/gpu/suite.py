@@ -1,6 +1,6 @@
 """The GPU suite: everything lesson 6 promises to measure, in one command.
 
-    python -m attn.measure.bench --suite gpu --out lessons/results/gpu-NAME.json   # on a CUDA GPU
+    python -m attn.measure.bench --suite gpu --out lessons/benchmarks/gpu-NAME.json   # on a CUDA GPU
     python -m attn.measure.bench --suite gpu --dry-run --out /tmp/gpu-dry.json      # every part, tiny, on the CPU
 
 One run records, in one JSON file (``SCHEMA``): where it ran (provenance), the package's CUDA tests
@@ -36,7 +36,7 @@ from attn.measure.gpu.provenance import peak_table, provenance
 from attn.measure.gpu.report import SCHEMA, summary_lines
 from attn.measure.gpu.sizes import DRY, GPU
 
-RESULTS = REPO / "lessons" / "results"
+RESULTS = REPO / "lessons" / "benchmarks"
 
 TIMING_METHOD = (
     "each timing: {clock} around back-to-back calls (as many as last about 2 ms, at most 200; one call where a "
@@ -110,14 +110,14 @@ def run_suite(device, sizes, command, out, dry_run, log=print):
 
 
 def check_arguments(device, out, dry_run, asked_device):
-    """An argparse-style error for a suite that must not start (no CUDA, a dry run aimed at lessons/results), else None."""
+    """An argparse-style error for a suite that must not start (no CUDA, a dry run aimed at lessons/benchmarks), else None."""
     if dry_run and asked_device is not None and asked_device.type != "cpu":
         return "argument --dry-run: a dry run runs on the CPU; leave out --device"
     if not dry_run and device.type != "cuda":
         return (f"argument --suite: the GPU suite needs a CUDA GPU and this machine's best device is {device.type}; "
                 "add --dry-run to run every part at tiny sizes on the CPU")
     if dry_run and Path(out).resolve().parent == RESULTS.resolve():
-        return "argument --out: a dry run measures nothing; write it outside lessons/results/, which holds real runs only"
+        return "argument --out: a dry run measures nothing; write it outside lessons/benchmarks/, which holds real runs only"
     return None
 
 

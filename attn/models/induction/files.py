@@ -99,7 +99,7 @@ def load_trained(folder, num_layers):
 def _weights_file(folder, num_layers):
     """The path of ``num_layers``' weights in ``folder``, after checking that the folder and the file are there."""
     if not isinstance(folder, str | os.PathLike) or str(folder) == "":
-        raise TypeError(f"folder must be a path such as 'lessons/models' (text or a pathlib.Path), got {folder!r:.60}")
+        raise TypeError(f"folder must be a path such as 'lessons/weights' (text or a pathlib.Path), got {folder!r:.60}")
     folder, path = Path(folder), weights_path(folder, num_layers)
     remake = f"python -m attn.models.induction --out {folder} trains and saves the lesson's models there"
     if not folder.exists():

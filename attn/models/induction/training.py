@@ -51,7 +51,7 @@ def train(model, steps=STEPS, batch_size=BATCH_SIZE, learning_rate=LEARNING_RATE
     The model is never told where the repeat is: its loss covers all T - 1 predictions. Returns
     a ``TrainingLog`` of the loss of every step, overall and on each copy. ``on_step(step, model)``,
     if given, is called after each update (step counted from 1), for example to measure the heads
-    as they form (``attn.models.induction_runs``); it must not change the model.
+    as they form (``attn.experiments.induction_runs``); it must not change the model.
     """
     _check_model(model)
     if on_step is not None and not callable(on_step):

@@ -1,0 +1,1 @@
+"""Tests of the helpers under everything (attn.common)."""

@@ -1,0 +1,1 @@
+"""Tests of the course's machinery: self-checks, teaching versions against the package, notebook standards (attn.course)."""

@@ -1,0 +1,1 @@
+"""Tests of attention across processes (attn.distributed, lesson 20)."""

@@ -1,0 +1,1 @@
+"""Tests of the seeded commands that write the lessons' records (attn.experiments)."""

@@ -1,0 +1,114 @@
+"""Lesson 19's measurement command: a tiny run on a small random model, its arguments, and the shipped record
+(its shape, and the claims the lesson makes from it)."""
+
+import json
+
+import pytest
+import torch
+
+from attn.experiments import serving_runs
+from attn.models import lm
+from tests.notebooks import ROOT
+
+RESULTS = ROOT / "lessons" / "records" / serving_runs.RESULTS_NAME
+TINY = {"requests": 6, "max_length": 40, "max_prompt": 24, "page_sizes": [1, 4, 16], "shared_counts": [1, 3],
+        "system_prompt": 12, "chapter": 24, "own_tokens": 6, "shared_new_tokens": 5, "draft_lengths": [1, 3],
+        "temperatures": [0.0, 1.0], "draft_prompts": 2, "draft_prompt_length": 10, "draft_new_tokens": 6,
+        "draft_layers": [1], "batch_requests": 5, "batch_size": 2, "batch_prompt": 8, "batch_new_tokens": [2, 6],
+        "repeats": 1}
+
+
+def small_model():
+    torch.manual_seed(0)
+    return lm.AustenLM(vocab_size=50, context_length=64, embed_dim=16, num_heads=2, num_layers=2).eval()
+
+
+def paragraphs(count=12):
+    generator = torch.Generator().manual_seed(3)
+    return [torch.randint(50, (int(n),), generator=generator).tolist()
+            for n in torch.randint(8, 30, (count,), generator=generator)]
+
+
+def test_a_tiny_run_fills_every_part():
+    lines = []
+    record = serving_runs.measure(small_model(), paragraphs(), TINY, progress=lines.append)
+    assert [row["page_size"] for row in record["memory"]] == [None, 1, 4, 16]
+    contiguous, *paged = record["memory"]
+    assert contiguous["reserved"] == 6 * 40 and paged[0]["reserved"] == paged[0]["used"] == contiguous["used"]
+    assert all(0 <= row["waste_per_sequence"] < row["page_size"] for row in paged)
+    assert [(row["prefix"], row["requests"]) for row in record["prefixes"]] == [
+        ("system prompt", 1), ("system prompt", 3), ("chapter", 1), ("chapter", 3)]
+    for row in record["prefixes"]:
+        assert row["pages_shared"] <= row["pages_alone"]
+        assert (row["pages_shared"] < row["pages_alone"]) == (row["requests"] > 1 and row["prefix_tokens"] >= 16)
+    assert len(record["speculation"]) == 2 * 2 * 2  # drafts x temperatures x lengths
+    for row in record["speculation"]:
+        assert 0 <= row["accepted"] <= row["proposed"] and row["passes"] * row["tokens_per_pass"] == pytest.approx(12)
+    assert record["batching"]["static"]["passes"] >= record["batching"]["continuous"]["passes"]
+    assert any(line.startswith("batching: continuous") for line in lines)
+
+
+def test_pages_and_sharing_by_hand():
+    rows = serving_runs.memory([5, 16, 17], [1, 16], 32, 10)
+    assert [row["reserved"] for row in rows] == [96, 38, 64] and rows[2]["waste_per_sequence"] == 26 / 3
+    assert rows[0]["reserved_bytes"] == 960
+    prefix = list(range(32))  # two full pages of 16
+    assert serving_runs.shared_pages(prefix, [[40], [41], [42]], 4, 16, prefix_caching=False) == 9
+    assert serving_runs.shared_pages(prefix, [[40], [41], [42]], 4, 16, prefix_caching=True) == 2 + 3
+
+
+def test_arguments_are_checked_before_work(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit):
+        serving_runs.main(["--out", str(tmp_path / "file")])
+    assert "--out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        serving_runs.main([])
+    with pytest.raises(TypeError, match="paragraphs must be a list of lists"):
+        serving_runs.measure(small_model(), "some text", TINY, progress=print)
+    with pytest.raises(ValueError, match="at least 7 paragraphs"):
+        serving_runs.measure(small_model(), paragraphs(3), TINY, progress=print)
+    with pytest.raises(TypeError, match="progress must be a function"):
+        serving_runs.measure(small_model(), paragraphs(), TINY, progress=None)
+    with pytest.raises(TypeError, match="model must be a language model"):
+        serving_runs.measure(torch.nn.Linear(2, 2), paragraphs(), TINY)
+    with pytest.raises(ValueError, match="temperatures"):
+        serving_runs.measure(small_model(), paragraphs(), {**TINY, "temperatures": [-1.0]})
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    if not RESULTS.exists():
+        pytest.skip("the measurement has not been shipped in this tree")
+    return json.loads(RESULTS.read_text())
+
+
+def test_the_shipped_record_has_every_part(shipped):
+    settings = shipped["settings"]
+    assert shipped["provenance"]["command"] == "python -m attn.experiments.serving_runs --out DIR"
+    assert [row["page_size"] for row in shipped["memory"]] == [None, *settings["page_sizes"]]
+    assert len(shipped["prefixes"]) == 2 * len(settings["shared_counts"])
+    assert len(shipped["speculation"]) == (len(settings["draft_layers"]) + 1) * len(settings["temperatures"]) * len(
+        settings["draft_lengths"])
+    assert shipped["bytes_per_position"] == 2 * 4 * 6 * 32 * 4  # lesson 13's model: 4 layers of 6 heads of 32
+
+
+def test_the_shipped_record_holds_what_the_lesson_says(shipped):
+    contiguous, *paged = shipped["memory"]
+    # The contiguous cache wastes more than any page size; waste grows with the page and stays below (P - 1) / 2.
+    assert all(row["reserved"] < contiguous["reserved"] for row in paged)
+    assert [row["waste_per_sequence"] for row in paged] == sorted(row["waste_per_sequence"] for row in paged)
+    assert all(row["waste_per_sequence"] <= row["expected_waste"] for row in paged)
+    # Sharing a chapter's 192 tokens saves more than sharing a 48-token system prompt, and more with more requests.
+    saved = {(row["prefix"], row["requests"]): row["pages_alone"] - row["pages_shared"] for row in shipped["prefixes"]}
+    assert saved[("chapter", 32)] > saved[("system prompt", 32)] > saved[("system prompt", 2)] > 0
+    # Drafts from the first layers beat prompt lookup on prose; longer drafts lower the acceptance rate.
+    rows = {(row["draft"], row["temperature"], row["draft_length"]): row for row in shipped["speculation"]}
+    for temperature in shipped["settings"]["temperatures"]:
+        assert rows[("first 2 layers", temperature, 4)]["tokens_per_pass"] > rows[("prompt lookup", temperature, 4)][
+            "tokens_per_pass"]
+        for draft in ("first 1 layer", "first 2 layers"):
+            assert rows[(draft, temperature, 1)]["acceptance"] > rows[(draft, temperature, 8)]["acceptance"]
+    assert all(1 <= row["tokens_per_pass"] < 2.5 for row in rows.values())
+    # Continuous batching needs fewer passes than static batches for the same requests.
+    assert shipped["batching"]["continuous"]["passes"] < shipped["batching"]["static"]["passes"]

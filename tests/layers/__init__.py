@@ -1,0 +1,1 @@
+"""Tests of the layers a learner builds (the top of attn/)."""

@@ -1,0 +1,1 @@
+"""Tests of timing, memory and the GPU suite (attn.measure)."""

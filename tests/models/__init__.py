@@ -1,0 +1,1 @@
+"""Tests of what is trained or loaded (attn.models)."""

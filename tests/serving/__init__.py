@@ -1,0 +1,1 @@
+"""Tests of serving many requests (attn.serving, lesson 19)."""

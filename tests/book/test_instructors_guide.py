@@ -81,7 +81,7 @@ def reading(guide):
     assert header == ["Notebook", "After it, a learner can", "Reading (min)"]
     result = {}
     for name, outcome, minutes in rows:
-        link = re.fullmatch(r"\{doc\}`(.+) <\.\./lessons/(\w+)>`", name)
+        link = re.fullmatch(r"\[(.+)\]\(\.\./lessons/(\w+)\.ipynb\)", name)
         assert link, f"outcome row {name!r} does not link to its notebook"
         assert (ROOT / "lessons" / f"{link.group(2)}.ipynb") in LESSONS, f"{name}: no such notebook"
         assert link.group(1) == title(ROOT / "lessons" / f"{link.group(2)}.ipynb"), f"{name}: not the notebook's title"

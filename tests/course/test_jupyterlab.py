@@ -8,7 +8,7 @@ running (3.3), terms, links to other lessons and citations. The test opens it at
 
 - MyST renders: each exercise as an exercise (jupyterlab-myst's box with its number and title), no raw
   ``:::{``, no directive fence and no ``{role}`` left in any rendered cell; a ``{term}`` reads as its words, a
-  ``{doc}`` link as words, a ``{cite}`` key as plain text (JupyterLab has no bibliography: the key degrades to
+  link to another lesson as a link to its notebook (a Markdown link, not a ``{doc}`` role), a ``{cite}`` key as plain text (JupyterLab has no bibliography: the key degrades to
   readable text, never braces);
 - every solution is folded: its cells' inputs (and code cells' outputs) are collapsed by their notebook
   metadata, the fold shows nothing of the answer, and the line "Solution below: try first" stands above it;
@@ -195,6 +195,8 @@ def test_myst_renders_exercises_terms_links_and_citations(lab_page):
     assert "scaled dot product" in scaled, scaled[:300]
     assert "vaswani2017" in scaled and "{cite}" not in scaled, scaled[:300]
     assert re.search(r"matching.vectors|Matching vectors", opening, re.IGNORECASE), opening[:300]
+    links = cells.nth(0).locator("a").evaluate_all("anchors => anchors.map(a => [a.textContent, a.getAttribute('href')])")
+    assert any("Matching vectors" in text and href and "02_matching_vectors" in href for text, href in links), links
     screenshot(page, folder, "jupyterlab-1280-top")
     boxes.first.scroll_into_view_if_needed()
     screenshot(page, folder, "jupyterlab-1280-exercise")

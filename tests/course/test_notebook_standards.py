@@ -118,3 +118,24 @@ def test_code_fits_the_column(path):
     cells = code_cells(load(path))
     too_wide = [line for cell in cells for line in "".join(cell["source"]).splitlines() if len(line) > COLUMN]
     assert not too_wide, too_wide
+
+
+def test_cell_ids_are_unique_across_the_course():
+    """Jupyter Book 2 (MyST) addresses cells by id across the whole project: two lessons must not share one."""
+    seen = {}
+    for path in LESSONS:
+        for cell in load(path)["cells"]:
+            assert cell["id"] not in seen, f"{path.name} and {seen.get(cell['id'])} both have a cell with id {cell['id']!r}"
+            seen[cell["id"]] = path.name
+
+
+DOC_ROLE = re.compile(r"\{doc\}`")
+BOOK_PAGES = sorted((LESSONS[0].parent.parent / "book").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", LESSONS + BOOK_PAGES, ids=lambda path: path.name)
+def test_cross_references_are_links_that_read_anywhere(path):
+    """A Markdown link to a page ([lesson 5](05_attention_matrix.ipynb)) is a link in the book (1.x and 2), in
+    JupyterLab and on GitHub; a {doc} role is one only in the book."""
+    text = path.read_text()
+    assert not DOC_ROLE.search(text), f"{path.name} uses a {{doc}} role: write a Markdown link to the page instead"

@@ -66,10 +66,14 @@ def built_book(tmp_path_factory, worker_id):
         return output / "_build" / "html"
 
 
-def _build_book(output):
+def book_build_command(output):
+    """The jupyter-book build the tests check: `make book`'s, written to ``output`` (tests/book/test_publishing.py)."""
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    command = [str(jupyter_book), "build", "--warningiserror", "--nitpick", "--keep-going", "--path-output", str(output), "."]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return [str(jupyter_book), "build", "--warningiserror", "--nitpick", "--keep-going", "--path-output", str(output), "."]
+
+
+def _build_book(output):
+    result = subprocess.run(book_build_command(output), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return output / "_build" / "html"
 

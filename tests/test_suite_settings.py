@@ -39,3 +39,13 @@ def test_a_notebook_kernel_started_as_nbval_starts_it_uses_one_math_thread():
         client.stop_channels()
         manager.shutdown_kernel(now=True)
     assert "".join(printed).split() == [THREADS]
+
+
+def test_the_suite_prints_its_ten_slowest_tests():
+    """make test ends with the ten slowest tests, so that growth is seen when it happens (issue 50's 5-minute goal)."""
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"].split()
+    assert "--durations=10" in options

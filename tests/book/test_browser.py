@@ -249,16 +249,16 @@ CODE_FIT = """([short, desktop]) => {
 # must be large enough, and the landmarks the layout moves. One axe run per visit: each run first walks the page.
 PHONE_FULL_AXE = ("book/welcome.html", "lessons/04_softmax_first_output.html", "lessons/20_attention_across_devices.html")
 WIDTH_RULES = ["scrollable-region-focusable", "target-size", "region", "landmark-unique", "meta-viewport"]
-AXE = """async ([desktop, full]) => {
+AXE = """async ([desktop, full, widthRules]) => {
   const rules = {"color-contrast": {enabled: desktop}, "link-in-text-block": {enabled: desktop},
                  "label-content-name-mismatch": {enabled: true}};
   const options = {resultTypes: ["violations"], preload: false, rules: rules};
-  if (!full) options.runOnly = {type: "rule", values: %s};
+  if (!full) options.runOnly = {type: "rule", values: widthRules};
   const results = await axe.run(
     {exclude: desktop ? [["mjx-container"], [".cell_input"]] : [["mjx-container"]]}, options);
   return results.violations.map(v => ({id: v.id, impact: v.impact, count: v.nodes.length,
                                        first: v.nodes[0].target.join(" ") + " " + v.nodes[0].html.slice(0, 80)}));
-}""" % json.dumps(WIDTH_RULES)
+}"""
 
 
 @functools.cache
@@ -301,7 +301,7 @@ class Visitor:
         self.problems = []
         self.page.goto(self.base + relative, wait_until="load")
         report = self.page.evaluate(MEASURE)
-        report["axe"] = self.page.evaluate(AXE, [self.desktop, self.desktop or relative in PHONE_FULL_AXE])
+        report["axe"] = self.page.evaluate(AXE, [self.desktop, self.desktop or relative in PHONE_FULL_AXE, WIDTH_RULES])
         report["cutOutputs"] = self.page.evaluate(CUT_OUTPUTS)
         report.update(self.page.evaluate(CODE_FIT, [SHORT_CODE, self.desktop]))
         report["problems"] = self.problems

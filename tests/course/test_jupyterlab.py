@@ -8,8 +8,8 @@ running (3.3), terms, links to other lessons and citations. The test opens it at
 
 - MyST renders: each exercise as an exercise (jupyterlab-myst's box with its number and title), no raw
   ``:::{``, no directive fence and no ``{role}`` left in any rendered cell; a ``{term}`` reads as its words, a
-  link to another lesson as a link to its notebook (a Markdown link, not a ``{doc}`` role), a ``{cite}`` key as plain text (JupyterLab has no bibliography: the key degrades to
-  readable text, never braces);
+  link to another lesson as a link to its notebook (a Markdown link, not a ``{doc}`` role), a ``{cite}`` key as
+  plain text (JupyterLab has no bibliography: the key degrades to readable text, never braces);
 - every solution is folded: its cells' inputs (and code cells' outputs) are collapsed by their notebook
   metadata, the fold shows nothing of the answer, and the line "Solution below: try first" stands above it;
 - a cell runs in the kernel and shows its output (the copy's first two code cells have their outputs cleared,

@@ -148,3 +148,22 @@ def test_no_import_circle():
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+# Modules of attn/experiments that write no record of their own: each helps the commands that do.
+EXPERIMENT_SUPPORT = {
+    "records": "writes every command's record with its provenance",
+    "smollm2_reading_checks": "smollm2_reading's argument checks",
+    "topk_reading": "smollm2_sparse's measures",
+}
+
+
+def test_one_experiment_per_record_named_after_it():
+    """A record lessons/records/NAME.json is written by attn/experiments/NAME.py, and every experiment writes one."""
+    modules = {path.stem for path in (PACKAGE / "experiments").glob("*.py") if path.stem != "__init__"}
+    records = {path.stem for path in (ROOT / "lessons" / "records").glob("*.json")}
+    assert records == modules - set(EXPERIMENT_SUPPORT), (
+        f"records without their command: {sorted(records - modules)}; "
+        f"commands without their record: {sorted(modules - set(EXPERIMENT_SUPPORT) - records)}")
+    for name in records:
+        assert f'"{name}.json"' in (PACKAGE / "experiments" / f"{name}.py").read_text(), f"{name}.py does not name {name}.json"

@@ -122,10 +122,12 @@ class EvictingKVCache(CompressedCache):
     def observe(self, queries):
         """Score the held entries by the attention of ``queries`` (B, H, T_q, d), this step's (rotated) queries, and
         evict down to the budget. The layer calls it after attending; rules that read no attention ignore it."""
+        require_computable("queries", queries)
+        require_floating("queries", queries)
         if self.rule not in NEEDS_ATTENTION:
             return
         self._check_queries(queries)
-        batch, heads, count, _ = queries.shape
+        count = queries.shape[2]
         rows = {"h2o": count, "tova": 1, "snapkv": min(self.window, count)}[self.rule]
         weights = _attention_rows(queries, self._attended, rows)  # (B, H, rows, S)
         state = self._state()
@@ -214,8 +216,6 @@ class EvictingKVCache(CompressedCache):
         if self._attended is None:
             raise ValueError("observe(queries) scores the keys the last append returned: call append first, then observe "
                              "once (the layer does both)")
-        require_computable("queries", queries)
-        require_floating("queries", queries)
         batch, num_kv_heads, head_dim, dtype, device = self._layout
         if queries.dim() != 4 or queries.shape[0] != batch or queries.shape[-1] != head_dim or queries.shape[1] == 0 \
                 or queries.shape[1] % num_kv_heads or not 1 <= queries.shape[2] <= self._attended.shape[2]:

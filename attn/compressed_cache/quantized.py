@@ -8,8 +8,9 @@ exist, so the most recent positions stay in full precision (the residual) until 
 gathered; then they become codes all at once, and the residual starts again.
 
 Attention reads the codes dequantized, the residual as it is, and this step's own keys and values at full
-precision (they are at hand: the layer has just computed them), which is also what ``transformers``'
-QuantizedCache returns. ``nbytes`` counts exactly what is held: packed codes, scales, zero points, residual.
+precision (they are at hand: the layer has just computed them), as ``transformers``' QuantizedCache does with its
+quanto backend (its FP8 backend reads a step's own keys back from their codes). ``nbytes`` counts exactly what is
+held: packed codes, scales, zero points, residual.
 """
 
 import numbers
@@ -30,7 +31,8 @@ class QuantizedKVCache(CompressedCache):
     group (key_grouping='channel', KIVI's) or channels per group (values always, keys with key_grouping='token');
     it must divide the head size d. residual: positions kept in full precision until they are made codes together;
     with channel-grouped keys a positive multiple of group_size. FP8 takes group_size=None: one scale for keys and
-    one for values, set by the first positions made codes and kept from then on (transformers' FP8 cache, vLLM's).
+    one for values, set by the first positions made codes and kept from then on (transformers' FP8 cache, vLLM's);
+    a later number beyond 448 times it is stored as 448 times it.
     scale_dtype: the dtype of scales and zero points (default: the keys'). For ONE layer, as attn.KVCache.
 
     append(keys, values) (B, H_kv, T_new, d) returns (B, H_kv, T, d) each: the held ones as attention reads them,

@@ -240,7 +240,7 @@ class MultiHeadAttention(nn.Module):
             heads, weights = _explicit_attention(*attention_inputs)
         else:  # scaled_dot_product_attention: fused where a kernel accepts it
             heads, weights = _fused_attention(*attention_inputs), None
-        if cache is not None and hasattr(cache, "observe"):  # lesson 21: an evicting cache scores by these queries
+        if hasattr(cache, "observe"):  # lesson 21: an evicting cache reads q
             cache.observe(q)
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output

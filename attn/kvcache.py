@@ -20,6 +20,13 @@ class KVCache:
     heads, so a grouped-query layer (H_kv < H) stores H / H_kv times fewer bytes.
     ``len(cache)``: cached positions T; ``cache.nbytes``: bytes held by keys and values together;
     ``cache.keys`` / ``cache.values``: the stored tensors (None while empty); ``reset()`` empties it.
+
+    The interface every cache of the course shares (lesson 14's RingKVCache, lesson 21's compressed caches), which
+    is all that MultiHeadAttention and the models ask of one: ``append`` returns the keys and values to attend to;
+    ``check_fits`` refuses keys of another shape, dtype or device before anything changes; ``len(cache)`` is the
+    number of positions seen, the next position's index (rotary positions count from it); ``stored`` the keys
+    ``append`` returns before its new ones; ``nbytes`` and ``bytes_per_token()`` what is held. A cache that
+    chooses what to forget by attention also has ``observe(queries)``, which the layer calls after attending.
     """
 
     def __init__(self):
@@ -43,6 +50,15 @@ class KVCache:
     def nbytes(self):
         """Bytes held: 2 * B * H_kv * T * d * element size (keys and values)."""
         return 0 if self._keys is None else self._keys.nbytes + self._values.nbytes
+
+    @property
+    def stored(self):
+        """Positions held, whose keys ``append`` returns before the new ones: all of them, len(cache)."""
+        return len(self)
+
+    def bytes_per_token(self):
+        """nbytes / len(cache): bytes held per position seen (0.0 while empty); 2 * B * H_kv * d * element size here."""
+        return self.nbytes / len(self) if len(self) else 0.0
 
     def reset(self):
         """Forget every position, to start a new sequence."""

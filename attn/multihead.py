@@ -175,7 +175,9 @@ class MultiHeadAttention(nn.Module):
       (query i is position T_k - T_q + i), which is what decoding with a cache needs. Combined with the masks.
     - cache: an attn.KVCache; this call's keys and values (B, H_kv, T_new, d) are appended to it and
       attention runs over every cached position. One cache per layer. A windowed layer may take an
-      attn.RingKVCache of its window and sinks instead (then no mask or key_padding_mask).
+      attn.RingKVCache of its window and sinks instead (then no mask or key_padding_mask). Lesson 21: a
+      QuantizedKVCache, or an EvictingKVCache (a layer without a window, no mask; the layer hands it this
+      step's queries through ``cache.observe(q)`` after attending).
     A row with no allowed key gives zero weights and a zero attention output (the output projection's
     bias remains). The inputs are checked first (attn.common.layer_checks): kinds, dtypes, devices and shapes, then
     that query, key and value hold no NaN or inf (one reduction per input, a ValueError if they do).
@@ -238,6 +240,8 @@ class MultiHeadAttention(nn.Module):
             heads, weights = _explicit_attention(*attention_inputs)
         else:  # scaled_dot_product_attention: fused where a kernel accepts it
             heads, weights = _fused_attention(*attention_inputs), None
+        if hasattr(cache, "observe"):  # lesson 21: an evicting cache reads q
+            cache.observe(q)
         output = self.out_proj(merge_heads(heads))  # (B, T_q, E)
         return (output, weights) if need_weights else output
 

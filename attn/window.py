@@ -101,7 +101,15 @@ def layer_keep_mask(keep_mask, t_q, t_k, window, sink_tokens, cache, device):
 
 
 def check_window_call(layer, mask, key_padding_mask, cache):
-    """A ring cache only goes with a windowed layer of the same window and sinks, and no extra masks."""
+    """A ring cache only goes with a windowed layer of the same window and sinks, and no extra masks; an evicting
+    cache (lesson 21) with a layer without a window, and no extra masks."""
+    if getattr(cache, "evicts", False):
+        if layer.window is not None:
+            raise ValueError(f"{cache!r} chooses which keys to keep, and this layer has a window of its own "
+                             f"({layer.window}): give a windowed layer an attn.RingKVCache instead")
+        if mask is not None or key_padding_mask is not None:
+            raise ValueError("mask and key_padding_mask cannot be used with an evicting cache: each head keeps its own "
+                             "positions, so no mask over positions lines up with its keys")
     if not isinstance(cache, RingKVCache):
         return
     if layer.window is None:

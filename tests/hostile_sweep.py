@@ -186,7 +186,7 @@ TENSOR_NAMES = {
     "tokens", "positions", "targets", "keys", "values", "matrix", "state", "initial_state", "beta", "alpha", "grad_output",
     "query_positions", "key_positions", "logsumexp", "row_max", "row_sum", "sink_logits", "scaled_logits", "key_padding_mask",
     "prompt", "sequences", "data", "angles", "cos_sin", "output", "outputs", "learned_sinks", "a", "b", "weight",
-    "index_scores", "query_latent", "gates", "block_keep", "compressed_weights",
+    "index_scores", "query_latent", "gates", "block_keep", "compressed_weights", "queries", "codes", "packed",
 }
 INT_NAMES = {
     "length", "window", "embed_dim", "num_heads", "seed", "steps", "repeats", "sink_tokens", "head_dim", "vocab_size",
@@ -197,7 +197,7 @@ INT_NAMES = {
     "start_step", "position", "n_examples", "n_pairs", "new_token", "num_merges", "bin_size", "held_out_tokens",
     "passage_length", "passages", "train_tokens", "size", "d_k", "new_tokens", "head", "block_start", "every", "q_position",
     "k_position", "digits", "minimum", "maximum", "limit", "element_size", "bytes_per_element", "target_layer", "nbytes",
-    "block_count", "top_blocks",
+    "block_count", "top_blocks", "bits", "group_size", "residual", "budget", "kernel_size", "seen",
 }
 FLOAT_NAMES = {
     "temperature", "dropout", "dropout_p", "base", "rotary_base", "rope_base", "scaling", "learning_rate", "top_p", "eps",

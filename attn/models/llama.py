@@ -110,8 +110,8 @@ class LlamaLM(nn.Module):
         return self.blocks[0].attention.num_heads
 
     def forward(self, tokens, caches=None, need_weights=False, mask=None):
-        start = check_decoder_call(self, tokens, caches)  # positions already cached
-        weights = self._weights_tensor(tokens, start, need_weights)  # (L, B, H, T, T_k), or None
+        check_decoder_call(self, tokens, caches)
+        weights = self._weights_tensor(tokens, caches, need_weights)  # (L, B, H, T, T_k), or None
         x = self.token_embedding(tokens)  # (B, T, E)
         caches = caches or [None] * len(self.blocks)
         for layer, (block, cache) in enumerate(zip(self.blocks, caches, strict=True)):
@@ -131,12 +131,18 @@ class LlamaLM(nn.Module):
             block.attention.set_rotary_scaling(scaling)
         return self
 
-    def _weights_tensor(self, tokens, cached, need_weights):
-        """The (L, B, H, T, T_k) tensor that need_weights fills layer by layer, after its size is checked; None without."""
+    def _weights_tensor(self, tokens, caches, need_weights):
+        """The (L, B, H, T, T_k) tensor that need_weights fills layer by layer, after its size is checked; None without.
+        T_k = T plus the keys each cache holds (``stored``: fewer than the positions seen in an evicting cache)."""
         if not isinstance(need_weights, bool):
             raise TypeError(f"need_weights must be True or False, got {type_name(need_weights)} {need_weights!r}")
         if not need_weights:
             return None
+        held = {cache.stored for cache in caches} if caches else {0}
+        if len(held) != 1:
+            raise ValueError(f"need_weights=True stacks every layer's weights, but the caches hold different numbers of "
+                             f"keys ({sorted(held)}); read the weights layer by layer, or give every layer the same budget")
+        cached = held.pop()
         batch, length = tokens.shape
         shape = (len(self.blocks), batch, self.num_heads, length, cached + length)
         parameter = self.token_embedding.weight

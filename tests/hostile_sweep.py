@@ -83,6 +83,10 @@ EXEMPT = {
     "attn.models.pretrained_reading, swept); it checks size, out and progress before loading anything",
     "attn.models.long_context.run": "reads and fine-tunes the Austen model for minutes (python -m "
     "attn.models.long_context, swept); it checks size, out and progress before loading anything",
+    "attn.models.long_context_recall.run": "reads the Austen model for minutes (python -m "
+    "attn.models.long_context_recall, swept); it checks size, out and progress before loading anything",
+    "attn.models.pretrained_ablation.run": "ablates SmolLM2's heads for minutes (python -m "
+    "attn.models.pretrained_ablation, swept); it checks size, out and progress before loading anything",
     "attn.models.pretrained_length.run": "reads SmolLM2 past 8,192 positions for minutes (python -m "
     "attn.models.pretrained_length, swept); it checks size, out and progress before loading anything",
     "attn.models.pretrained_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "

@@ -87,6 +87,10 @@ EXEMPT = {
     "attn.experiments.smollm2_reading, swept); it checks size, out and progress before loading anything",
     "attn.experiments.long_context.run": "reads and fine-tunes the Austen model for minutes (python -m "
     "attn.experiments.long_context, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.long_context_recall.run": "reads the Austen model for minutes (python -m "
+    "attn.experiments.long_context_recall, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.smollm2_ablation.run": "ablates SmolLM2's heads for minutes (python -m "
+    "attn.experiments.smollm2_ablation, swept); it checks size, out and progress before loading anything",
     "attn.experiments.smollm2_length.run": "reads SmolLM2 past 8,192 positions for minutes (python -m "
     "attn.experiments.smollm2_length, swept); it checks size, out and progress before loading anything",
     "attn.experiments.smollm2_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "

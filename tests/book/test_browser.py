@@ -138,6 +138,16 @@ MEASURE = """async () => {
     const text = walker.currentNode.nodeValue;
     if (/\\\\[()\\[\\]]|\\$\\$|\\\\[A-Za-z]+/.test(text)) rawTex.push(text.trim().slice(0, 80));
   }
+  // A display formula with no blank line before its $$ is read as inline maths between two stray dollars,
+  // "$" + formula + "$": each dollar sits alone in the text beside the formula, where the search above
+  // for "$$" cannot see it.
+  for (const formula of document.querySelectorAll("span.math")) {
+    const before = formula.previousSibling, after = formula.nextSibling;
+    if ((before && before.nodeType === Node.TEXT_NODE && /\\$\\s*$/.test(before.nodeValue))
+        || (after && after.nodeType === Node.TEXT_NODE && /^\\s*\\$/.test(after.nodeValue))) {
+      rawTex.push("$" + formula.textContent.trim().slice(0, 60) + "$: a $$ formula with no blank line before it");
+    }
+  }
   const formulas = Array.from(document.querySelectorAll("span.math, div.math"));
   const untypeset = formulas.filter(f => !f.querySelector("mjx-container")).map(f => f.textContent.slice(0, 60));
   let mathErrors = [];
@@ -334,6 +344,18 @@ def test_the_front_page_opens_the_welcome_page(site, browser):
     page.goto(base + "index.html")
     page.wait_for_url("**/book/welcome.html")
     assert "Attention, Step by Step" in page.title()
+    page.close()
+
+
+def test_a_display_formula_read_as_inline_counts_as_raw_tex(browser):
+    # What MyST makes of "... and\n$$o = ...$$" with no blank line before the $$ (lesson 19 once had one):
+    # inline maths between two stray dollars. The page's search for raw TeX must report it.
+    page = browser.new_page()
+    stray = '<p>and\n$<span class="math notranslate nohighlight">o = e^{a}</span>$</p>'
+    page.set_content(f"<html><body>{stray}</body></html>")
+    assert page.evaluate(MEASURE)["rawTex"] == ["$o = e^{a}$: a $$ formula with no blank line before it"]
+    page.set_content('<html><body><p>and</p><div class="math">o = e^{a}</div></body></html>')
+    assert page.evaluate(MEASURE)["rawTex"] == []
     page.close()
 
 

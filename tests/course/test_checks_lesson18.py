@@ -80,6 +80,7 @@ def test_exercise_18_2_names_the_mistake(answer, words):
     (32768, "dense attention"), (_keys_read(compressed=False), "compressed branch"),
     (_keys_read(window=False), "sliding window"), (_keys_read(selected_as_keys=False), "as one key"),
     (_keys_read(raw_compressed=True), "one mean per block"), (1024, "selected blocks alone"),
+    (1791, "leaves out a key"),
     (1800, "too large"), (1500.5, "whole number"), ([1792, 1], "one whole number"),
 ])
 def test_exercise_18_3_names_the_mistake(answer, words):

@@ -181,6 +181,7 @@ RIGHT_BYTES = ring_bytes()
 @pytest.mark.parametrize(("answer", "words"), [
     (ring_bytes(sends=WORLD), "N times"),
     (ring_bytes(tensors=1), "keys alone"),
+    (ring_bytes(bytes_per_number=2), "bfloat16's 2 bytes"),  # the same number: the reply names both readings
     (ring_bytes(kv_heads=32), "32 query heads"),
     (ring_bytes(bytes_per_number=1), "count of numbers"),
     (ring_bytes(length=TOKENS), "whole sequence's length"),

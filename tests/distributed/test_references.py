@@ -338,3 +338,42 @@ def test_the_sdpa_sentence_keeps_no_address_path_or_process_id():
                                 "\nsecond line")
     assert _sentence(error) == "NotImplementedError: Operator at 0x... in <path> failed in process ..."
     assert len(_sentence(ValueError("word " * 200))) < 330
+
+
+def auto_sharded(rank, world_size, inputs, upstream):
+    """RingAttention(auto_shard_seq=True) on this process's sequence, and the same module without the ring: both
+    outputs and both gradients of the input (float64)."""
+    from ring_attention_pytorch.ring_attention import RingAttention
+
+    length = inputs.shape[2]
+    torch.set_default_dtype(torch.float64)  # this process only: the package builds its masks in the default dtype
+    torch.manual_seed(0)
+    ring = RingAttention(dim=8, dim_head=4, heads=2, causal=True, ring_attn=True, auto_shard_seq=True,
+                         ring_seq_size=length // world_size, bucket_size=length // world_size, use_cuda_kernel=False)
+    plain = RingAttention(dim=8, dim_head=4, heads=2, causal=True, bucket_size=length // world_size, use_cuda_kernel=False)
+    plain.load_state_dict(ring.state_dict())
+    found = []
+    for module in (ring, plain):
+        x = inputs[rank].clone().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            output = module(x)
+        output.backward(upstream[rank])
+        found.append((output.detach(), x.grad))
+    return found
+
+
+@needs_lucidrains
+def test_ring_attention_pytorch_auto_shard_seq_drops_the_gradient_other_processes_computed():
+    """RingAttention(auto_shard_seq=True) all-gathers every process's sequence with the same all-gather, whose
+    backward keeps only this process's slice: the gradient of a process's input is zero outside the positions
+    its own shard computed, where the true gradient is not. The outputs agree."""
+    world_size, length = 2, 16
+    generator = torch.Generator().manual_seed(3)
+    inputs = torch.randn(world_size, 1, length, 8, generator=generator, dtype=torch.float64)
+    upstream = torch.randn(world_size, 1, length, 8, generator=generator, dtype=torch.float64)
+    for rank, ((ring_output, ring_grad), (output, grad)) in enumerate(spawn(auto_sharded, world_size, inputs, upstream)):
+        assert (ring_output - output).abs().max() < LUCIDRAINS_CAUSAL
+        others = [p for p in range(length) if p // (length // world_size) != rank]  # positions of the other shard
+        assert ring_grad[0, others].abs().max() == 0
+        assert grad[0, others].abs().min() > 0

@@ -118,7 +118,8 @@ def _ntk_base(factor=None):
     Number("your base"),
     solution=_ntk_base,
     success="at n = 6,144 the factor is s n / L - (s - 1) = 4 x 1.5 - 3 = 3, and NTK-aware scaling raises the base "
-            "to 10,000 x 3^(64/62), about 31,100: it grows with the length read, reaching s = 4 at 16,384 tokens.",
+            "to 10,000 x 3^(64/62), about 31,100: it grows with the length read, reaching s = 4 at n = L (2 - 1/s) = 7,168 "
+            "tokens and passing it after.",
 )
 def _dynamic_base(base, expected):
     if base.shape != ():
@@ -131,7 +132,7 @@ def _dynamic_base(base, expected):
         (_ntk_base(NTK_FACTOR), "that uses the full factor s = 4 whatever the length: static NTK-aware scaling; "
                                 "dynamic NTK scales by the length read, s n / L - (s - 1)"),
         (_ntk_base(NTK_READ / NTK_TRAINED), "that scales by n / L alone; dynamic NTK's factor is s n / L - (s - 1), "
-                                            "which is 1 at n = L and s at n = s L"),
+                                            "which is 1 at n = L and s at n = L (2 - 1/s)"),
         (_ntk_base(NTK_FACTOR * NTK_READ / NTK_TRAINED), "that leaves out the - (s - 1): dynamic NTK's factor is "
                                                          "s n / L - (s - 1), so that it is 1 at n = L"),
         (NTK_BASE * grown, "that multiplies the base by the factor; NTK-aware scaling raises it to base x "

@@ -146,6 +146,9 @@ def _nsa_keys(count, expected):
                                           "block, 32,768 / 64 of them"),
         (_keys_read(compressed=False, window=False), "that counts the selected blocks alone; the compressed branch "
                                                      "and the window are read too"),
+        (_keys_read() - 1, "that leaves out a key: the last block, positions 32,704 to 32,767, ends at the query "
+                           "itself, so it is complete and the compressed branch reads its mean too; and the window's "
+                           "256 keys include the query's own"),
     ):
         if matches(count, mistake):
             return hint + "."

@@ -204,8 +204,9 @@ def _bytes_mistakes():
     return (
         (ring_bytes(sends=WORLD), "that passes the blocks on N times: after N - 1 steps every device has seen every "
                                   "block, and an N-th send would only bring each block back to its owner"),
-        (ring_bytes(tensors=1), "that counts the keys alone: the values travel with them, a second block of the "
-                                "same size"),
+        (ring_bytes(tensors=1), "that counts the keys alone, or keys and values in bfloat16's 2 bytes a number: the "
+                                "values travel with the keys, a second block of the same size, and this layer runs in "
+                                "float32, 4 bytes a number"),
         (ring_bytes(kv_heads=HEADS), "that counts the 32 query heads: with grouped-query attention only the 8 "
                                      "key/value heads' keys and values travel"),
         (ring_bytes(bytes_per_number=1), "that is a count of numbers; the question asks for bytes, 4 to a float32"),

@@ -65,7 +65,7 @@ def test_recall_measures_each_scheme_on_every_stretch():
 @pytest.mark.skipif(not RECALL.exists(), reason="the shipped record is not present")
 def test_the_shipped_recall_record_pairs_with_long_context():
     record = json.loads(RECALL.read_text())
-    reading = json.loads((MODELS / long_context.RESULTS_NAME).read_text())["reading"]
+    reading = json.loads((RECORDS / long_context.RESULTS_NAME).read_text())["reading"]
     assert record["settings"]["streams"] == 12 and record["context_length"] == 256
     for length in ("512", "2048"):
         assert set(record["combined_reading"][length]) == set(long_context_recall.COMBINED)
@@ -133,7 +133,7 @@ def test_the_two_way_interval_holds_both_sources_of_variation():
 @pytest.mark.skipif(not ABLATION.exists(), reason="the shipped record is not present")
 def test_the_shipped_ablation_record_says_what_lesson_16_reads():
     record = json.loads(ABLATION.read_text())
-    reading = json.loads((MODELS / smollm2_reading.RESULTS_NAME).read_text())["heads"]
+    reading = json.loads((RECORDS / smollm2_reading.RESULTS_NAME).read_text())["heads"]
     top = [tuple(pair) for pair in record["top_induction_heads"]]
     assert top == [tuple(pair) for pair in reading["top_induction_heads"]]
     assert record["second_copy_loss"] == reading["second_copy_loss"]

@@ -78,7 +78,11 @@ def rotary_frequencies(dim, base=10000.0, scaling=None, length=None):
         check_ntk_dim(dim, rope_type)
         trained = scaling["original_max_position_embeddings"]
         read = max(trained if length is None else length, trained)  # n: no change up to the trained length
-        base = ntk_aware_base(dim, base, scaling["factor"] * read / trained - (scaling["factor"] - 1))
+        factor = scaling["factor"]
+        grown = factor * read / trained - (factor - 1)  # transformers' formula, kept for its exact rounding
+        if factor > 2**52:  # there s - 1 rounds to s, and s n / L - (s - 1) loses its 1: the same number, written safely
+            grown = 1 + factor * (read - trained) / trained
+        base = ntk_aware_base(dim, base, grown)
     plain = np.float64(base) ** (-np.arange(0, dim, 2) / dim)  # (dim / 2,): base^(-2i / dim)
     if rope_type == "linear":
         plain = plain / scaling["factor"]  # every pair turns s times slower: positions p / s
@@ -190,7 +194,8 @@ def apply_rotary(x, positions=None, base=10000.0, scaling=None, rotary_fraction=
     """
     import torch  # here, not at the top: the NumPy lessons import this module without PyTorch
 
-    from attn.common.layer_checks import check_rotary_angles, check_rotary_arguments
+    from attn.common.layer_checks import check_rotary_angles, check_rotary_arguments, largest_magnitude
+    from attn.common.validate import has_only_finite
 
     check_rotary_arguments(x, positions, base)
     length, dim = x.shape[-2], x.shape[-1]
@@ -203,7 +208,12 @@ def apply_rotary(x, positions=None, base=10000.0, scaling=None, rotary_fraction=
     check_rotary_angles(angles, base)
     turned = _turn_pairs(x[..., :rotated].to(compute), angles.cos(), angles.sin())  # (..., T, r)
     factor = yarn_attention_factor(scaling) if scaling is not None else 1.0
-    turned = turned * factor if factor != 1.0 else turned  # YaRN's temperature, on queries and keys alike
+    if factor != 1.0:  # YaRN's temperature, on queries and keys alike
+        turned = (turned * factor).to(x.dtype)
+        if not has_only_finite(turned):
+            raise ValueError(f"YaRN's attention factor {factor:.3g} takes the rotated features past {x.dtype}'s largest "
+                             f"number (the largest |x| is {largest_magnitude(x):.3g}); use a smaller attention_factor "
+                             "or scale x down")
     if rotated == dim:
         return turned.to(x.dtype)
     return torch.cat([turned.to(x.dtype), x[..., rotated:]], dim=-1)  # (..., T, d): the rest passes through

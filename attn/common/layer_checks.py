@@ -305,7 +305,9 @@ def check_flash_tensors(query, key, value):
 
 
 def largest_magnitude(tensor):
-    """max |tensor| as a Python float, by one reduction that makes no copy of ``tensor``."""
+    """max |tensor| as a Python float, by one reduction that makes no copy of ``tensor`` (0.0 for an empty tensor)."""
+    if tensor.numel() == 0:
+        return 0.0
     smallest, largest = torch.aminmax(tensor)
     return max(-smallest.item(), largest.item())
 

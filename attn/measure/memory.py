@@ -78,7 +78,11 @@ def peak_bytes(function, *arguments):
     _check_arguments(function, arguments)
     with _StorageCounter() as counter:
         result = function(*arguments)
+        sparse = [leaf for leaf in tree_leaves(result) if isinstance(leaf, torch.Tensor) and leaf.layout != torch.strided]
         del result
+    if sparse:
+        raise TypeError(f"the function returned a tensor of layout {sparse[0].layout}, whose memory is not one storage "
+                        "that peak_bytes can count; measure a function that returns dense tensors (.to_dense())")
     return counter.peak
 
 

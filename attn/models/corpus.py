@@ -128,7 +128,10 @@ class _XDRReader:
             raise ValueError(f"R object type {kind} is not one this reader knows (the file holds something unexpected)")
         values = readers[kind](self.length())
         if flags & HAS_ATTRIBUTES:
-            names = self._names(self.item(), values)  # attributes: a pairlist
+            attributes = self.item()
+            if not isinstance(attributes, dict):
+                raise ValueError("an R object's attributes are not a pairlist (tag -> value): the file is damaged")
+            names = self._names(attributes, values)
             if names is not None and kind == VECSXP:
                 return dict(zip(names, values, strict=True))
         return values
@@ -351,7 +354,8 @@ def austen(directory=None):
     """The six novels: dict name -> text (one paragraph per line), in publication order.
 
     Read from ``directory`` (default: data/austen at the repository's root), where
-    ``python -m attn.corpus`` writes them. FileNotFoundError, naming that command, if they are absent.
+    ``python -m attn.corpus`` writes them. FileNotFoundError, naming that command, if they are absent; ValueError
+    if one is not UTF-8 text (a file put there by hand, or damaged).
     """
     if directory is not None and not isinstance(directory, str | Path):
         raise TypeError(f"directory must be None or a path (str or pathlib.Path), got {type(directory).__name__}")
@@ -368,7 +372,14 @@ def austen(directory=None):
             f"Austen's novels are not in {folder} ({len(missing)} of 6 missing); fetch them with "
             f"'{FETCH_COMMAND}' (needs apt-get, as on Debian, Ubuntu or WSL), about 10 seconds"
         )
-    return {name: (folder / f"{name}.txt").read_text(encoding="utf-8") for name in TITLES}
+    novels = {}
+    for name in TITLES:
+        try:
+            novels[name] = (folder / f"{name}.txt").read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{folder / f'{name}.txt'} is not UTF-8 text (byte {error.start:,} cannot be read); fetch "
+                             f"the novels again with '{FETCH_COMMAND}'") from None
+    return novels
 
 
 def _output_folder(text):

@@ -29,6 +29,7 @@ from torch import nn
 
 from attn.block import TransformerBlock
 from attn.common.layer_checks import check_parameters
+from attn.common.sizes import readable_bytes
 from attn.common.validate import positive_int, type_name
 from attn.kvcache import KVCache
 from attn.models.corpus import REPOSITORY_ROOT
@@ -69,6 +70,7 @@ SIZES = {
         "dropout": 0.0, "eval_every": 5, "eval_windows": 4, "seed": 0,
     },
 }
+WEIGHTS_LIMIT_BYTES = 4 * 10**9  # need_weights' (L, B, H, T, T_k) tensor at most: lesson 16's LlamaLM's limit too
 
 
 class AustenLM(nn.Module):
@@ -112,6 +114,8 @@ class AustenLM(nn.Module):
         check_decoder_call(self, tokens, caches)
         if not isinstance(need_weights, bool):
             raise TypeError(f"need_weights must be True or False, got {type_name(need_weights)} {need_weights!r}")
+        if need_weights:
+            self._check_weights_size(tokens, caches)
         x = self.token_embedding(tokens)  # (B, T, E)
         caches = caches or [None] * len(self.blocks)
         weights = []
@@ -122,6 +126,19 @@ class AustenLM(nn.Module):
                 weights.append(layer_weights)
         logits = self.readout(self.norm(x))  # (B, T, V)
         return (logits, torch.stack(weights)) if need_weights else logits
+
+    def _check_weights_size(self, tokens, caches):
+        """need_weights=True keeps (L, B, H, T, T_k) weights: refused before any work past WEIGHTS_LIMIT_BYTES, as
+        lesson 16's LlamaLM refuses them (each layer's (B, H, T, T_k) would otherwise reach the allocator first)."""
+        batch, length = tokens.shape
+        cached = len(caches[0]) if caches else 0
+        count = len(self.blocks) * batch * self.num_heads * length * (cached + length)
+        nbytes = count * self.token_embedding.weight.dtype.itemsize
+        if nbytes > WEIGHTS_LIMIT_BYTES:
+            raise ValueError(f"need_weights=True for {batch} x {length} tokens (after {cached} cached) would keep "
+                             f"L * B * H * T * T_k = {count:,} weights, {readable_bytes(nbytes)}, more than the "
+                             f"{readable_bytes(WEIGHTS_LIMIT_BYTES)} allowed; read the weights of fewer or shorter texts, "
+                             "or leave need_weights False")
 
     def new_caches(self):
         """One empty KVCache per block, for one batch of sequences."""

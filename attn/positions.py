@@ -208,15 +208,17 @@ def apply_rotary(x, positions=None, base=10000.0, scaling=None, rotary_fraction=
     check_rotary_angles(angles, base)
     turned = _turn_pairs(x[..., :rotated].to(compute), angles.cos(), angles.sin())  # (..., T, r)
     factor = yarn_attention_factor(scaling) if scaling is not None else 1.0
-    if factor != 1.0:  # YaRN's temperature, on queries and keys alike
-        turned = (turned * factor).to(x.dtype)
-        if not has_only_finite(turned):
-            raise ValueError(f"YaRN's attention factor {factor:.3g} takes the rotated features past {x.dtype}'s largest "
-                             f"number (the largest |x| is {largest_magnitude(x):.3g}); use a smaller attention_factor "
-                             "or scale x down")
+    turned = (turned * factor if factor != 1.0 else turned).to(x.dtype)  # YaRN's temperature, on queries and keys
+    # The door's one check of the result, where it can overflow: a YaRN factor, or float16 (a turned pair can be
+    # sqrt(2) times longer than its largest feature, past 65,504).
+    if (factor != 1.0 or x.dtype == torch.float16) and not has_only_finite(turned):
+        times = f" times YaRN's attention factor {factor:.3g}" if factor != 1.0 else ""
+        raise ValueError(f"x is finite, but rotating it{times} overflows {x.dtype}: the largest |x| is "
+                         f"{largest_magnitude(x):.3g}; scale x down{', use a smaller attention_factor' if times else ''} "
+                         "or use a wider dtype")
     if rotated == dim:
-        return turned.to(x.dtype)
-    return torch.cat([turned.to(x.dtype), x[..., rotated:]], dim=-1)  # (..., T, d): the rest passes through
+        return turned
+    return torch.cat([turned, x[..., rotated:]], dim=-1)  # (..., T, d): the rest passes through
 
 
 def _frequencies(dim, base, scaling, positions, compute):

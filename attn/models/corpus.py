@@ -128,10 +128,7 @@ class _XDRReader:
             raise ValueError(f"R object type {kind} is not one this reader knows (the file holds something unexpected)")
         values = readers[kind](self.length())
         if flags & HAS_ATTRIBUTES:
-            attributes = self.item()
-            if not isinstance(attributes, dict):
-                raise ValueError("an R object's attributes are not a pairlist (tag -> value): the file is damaged")
-            names = self._names(attributes, values)
+            names = self._names(self.item(), values)  # attributes: a pairlist
             if names is not None and kind == VECSXP:
                 return dict(zip(names, values, strict=True))
         return values
@@ -145,7 +142,9 @@ class _XDRReader:
     @staticmethod
     def _names(attributes, values):
         """The "names" attribute (a list of str, one per item of ``values``), or None when there is none."""
-        names = attributes.get("names") if isinstance(attributes, dict) else None
+        if not isinstance(attributes, dict):  # a pairlist reads as a dict; anything else is not attributes
+            raise ValueError("an R object's attributes are not a pairlist (tag -> value): the file is damaged")
+        names = attributes.get("names")
         if names is not None and (not isinstance(names, list) or len(names) != len(values)
                                   or not all(isinstance(name, str) for name in names)):
             raise ValueError("an R list's names do not match its items: the file is damaged")
@@ -383,13 +382,15 @@ def austen(directory=None):
 
 
 def _output_folder(text):
-    from attn.common.destinations import folder_problem
+    from attn.common.destinations import folder_problem, link_leaves_folder
 
     problem = folder_problem(text, example="data/austen")
     if problem is None:
         blocked = [Path(text) / f"{name}.txt" for name in TITLES if (Path(text) / f"{name}.txt").is_dir()]
         if blocked:
             problem = f"{blocked[0]} is a folder, so the novel's file cannot be written; move it away"
+        else:
+            problem = next(filter(None, (link_leaves_folder(Path(text) / f"{name}.txt") for name in TITLES)), None)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return Path(text)

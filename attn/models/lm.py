@@ -105,6 +105,7 @@ class AustenLM(nn.Module):
         self.readout = nn.Linear(embed_dim, self.vocab_size, bias=False)
         self.readout.weight = self.token_embedding.weight  # tied: one (V, E) matrix reads tokens in and out
         self.apply(_initialise)
+        self.register_forward_pre_hook(_weights_fit, with_kwargs=True)  # need_weights: refused first if too large
 
     @property
     def num_heads(self):
@@ -114,8 +115,6 @@ class AustenLM(nn.Module):
         check_decoder_call(self, tokens, caches)
         if not isinstance(need_weights, bool):
             raise TypeError(f"need_weights must be True or False, got {type_name(need_weights)} {need_weights!r}")
-        if need_weights:
-            self._check_weights_size(tokens, caches)
         x = self.token_embedding(tokens)  # (B, T, E)
         caches = caches or [None] * len(self.blocks)
         weights = []
@@ -126,19 +125,6 @@ class AustenLM(nn.Module):
                 weights.append(layer_weights)
         logits = self.readout(self.norm(x))  # (B, T, V)
         return (logits, torch.stack(weights)) if need_weights else logits
-
-    def _check_weights_size(self, tokens, caches):
-        """need_weights=True keeps (L, B, H, T, T_k) weights: refused before any work past WEIGHTS_LIMIT_BYTES, as
-        lesson 16's LlamaLM refuses them (each layer's (B, H, T, T_k) would otherwise reach the allocator first)."""
-        batch, length = tokens.shape
-        cached = len(caches[0]) if caches else 0
-        count = len(self.blocks) * batch * self.num_heads * length * (cached + length)
-        nbytes = count * self.token_embedding.weight.dtype.itemsize
-        if nbytes > WEIGHTS_LIMIT_BYTES:
-            raise ValueError(f"need_weights=True for {batch} x {length} tokens (after {cached} cached) would keep "
-                             f"L * B * H * T * T_k = {count:,} weights, {readable_bytes(nbytes)}, more than the "
-                             f"{readable_bytes(WEIGHTS_LIMIT_BYTES)} allowed; read the weights of fewer or shorter texts, "
-                             "or leave need_weights False")
 
     def new_caches(self):
         """One empty KVCache per block, for one batch of sequences."""
@@ -152,6 +138,28 @@ class AustenLM(nn.Module):
         for block in self.blocks:
             block.attention.set_rotary_scaling(scaling)
         return self
+
+
+def _weights_fit(model, args, kwargs):
+    """AustenLM's forward pre-hook: need_weights=True keeps (L, B, H, T, T_k) weights, refused before any work past
+    WEIGHTS_LIMIT_BYTES, as lesson 16's LlamaLM refuses them (each layer's own (B, H, T, T_k) would otherwise reach
+    the allocator first). Everything else is checked by forward."""
+    given = dict(zip(("tokens", "caches", "need_weights", "mask"), args, strict=False)) | kwargs
+    tokens, caches = given.get("tokens"), given.get("caches")
+    if given.get("need_weights") is not True or not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        return
+    try:  # anything that is not a list of caches is refused later, by forward
+        cached = len(caches[0]) if caches else 0
+    except TypeError:
+        cached = 0
+    batch, length = tokens.shape
+    count = len(model.blocks) * batch * model.num_heads * length * (cached + length)
+    nbytes = count * model.token_embedding.weight.dtype.itemsize
+    if nbytes > WEIGHTS_LIMIT_BYTES:
+        raise ValueError(f"need_weights=True for {batch} x {length} tokens (after {cached} cached) would keep "
+                         f"L * B * H * T * T_k = {count:,} weights, {readable_bytes(nbytes)}, more than the "
+                         f"{readable_bytes(WEIGHTS_LIMIT_BYTES)} allowed; read the weights of fewer or shorter texts, or "
+                         "leave need_weights False")
 
 
 def _initialise(module):

@@ -265,9 +265,9 @@ def _model_folder(text):
     missing = [name for name in (WEIGHTS_NAME, TOKENIZER_NAME) if not (folder / name).is_file()]
     if missing:
         raise argparse.ArgumentTypeError(f"{folder} lacks {', '.join(missing)}: give the folder 'python -m attn.lm train' wrote")
-    from attn.common.destinations import file_problem
+    from attn.common.destinations import file_problem, link_leaves_folder
 
-    problem = file_problem(folder / HEADS_NAME, example=HEADS_NAME)
+    problem = file_problem(folder / HEADS_NAME, example=HEADS_NAME) or link_leaves_folder(folder / HEADS_NAME)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return folder

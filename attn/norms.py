@@ -33,19 +33,19 @@ class RMSNorm(nn.Module):
     def forward(self, x):
         """x (..., dim) -> (..., dim).
 
-        Any finite x gives a finite result: where a row's mean square is not a finite number above 0 (|x| near
-        float32's largest squares to inf, a row of zeros with eps=0 gives 0 / 0), that row is computed again
+        Any finite x gives a finite, right result: where a row's mean square is not a finite number above 0 (|x|
+        of 1e30 squares to inf in float32, a row of zeros with eps=0 gives 0 / 0), that row is computed again,
         scaled by its largest |x| (a zero row gives zeros). The door check looks at the (..., 1) mean squares only.
         """
         check_features("x", x, self.weight)
         compute = torch.promote_types(x.dtype, torch.float32)  # float32 at least, float64 kept
         wide = x.to(compute)
         mean_square = wide.pow(2).mean(-1, keepdim=True)  # (..., 1)
-        if x.numel() and not bool(torch.isfinite(mean_square).all() and (self.eps > 0 or mean_square.gt(0).all())):
+        normed = wide * torch.rsqrt(mean_square + self.eps)  # (..., dim)
+        plain = torch.isfinite(mean_square) & (mean_square.gt(0) if self.eps == 0 else True)  # (..., 1)
+        if x.numel() and not bool(plain.all()):  # the door check: (..., 1) numbers, not every entry
             require_finite("x", x, "RMSNorm would spread it to the whole row")
-            normed = _scaled_rms_norm(wide, self.eps)
-        else:
-            normed = wide * torch.rsqrt(mean_square + self.eps)  # (..., dim)
+            normed = torch.where(plain, normed, _scaled_rms_norm(wide, self.eps))  # only the rows that need it
         return self.weight * normed.to(x.dtype)
 
     def extra_repr(self):

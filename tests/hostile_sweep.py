@@ -369,11 +369,15 @@ ALWAYS = {
     "config": ("a config claiming 10**8 of every size",),
 }
 HUGE = 10**8
-HUGE_CONFIG = {  # every size a course config names, claimed huge (a 1.5 kB file can claim 10**8 layers)
+MODEL_CONFIG = {  # a model's sizes as a converted file stores them, each claimed huge (1.5 kB can claim 10**8 layers)
     **dict.fromkeys(("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers",
-                     "mlp_hidden_dim", "steps", "batch_size", "max_length", "heads", "head_dim", "length", "seeds",
-                     "streams", "stream_length", "chunk", "passages", "passage_length", "windows"), HUGE),
-    "rotary_base": 10000.0, "norm_eps": 1e-5, "dropout": 0.0, "mlp_ratio": 4,
+                     "mlp_hidden_dim"), HUGE),
+    "rotary_base": 10000.0, "norm_eps": 1e-5,
+}
+HUGE_CONFIG = {  # every size a course config names, claimed huge
+    **MODEL_CONFIG, **dict.fromkeys(("steps", "batch_size", "max_length", "heads", "head_dim", "length", "seeds",
+                                     "streams", "stream_length", "chunk", "passages", "passage_length", "windows"), HUGE),
+    "dropout": 0.0, "mlp_ratio": 4,
 }
 
 GOOD_BY_KIND = {
@@ -1096,10 +1100,10 @@ def course_file_names():
 
 def write_claiming_files(folder):
     """In ``folder``, each file the course reads, claiming sizes that are huge or not what it holds: a PyTorch file
-    whose config claims 10**8 of every size over two small tensors, a GGUF header announcing 2**40 tensors and
-    2**40 metadata entries, JSON claiming a vocabulary of 10**8. Returns the PyTorch file's path."""
+    whose model config claims 10**8 of every size (10**8 layers...) over two small tensors, a GGUF header announcing
+    2**40 tensors and 2**40 metadata entries, JSON claiming a vocabulary of 10**8. Returns the PyTorch file's path."""
     tensors = {"token_embedding.weight": torch.zeros(2, 2), "norm.weight": torch.ones(2)}
-    payload = {"format": 1, "source_sha256": "0" * 64, "config": dict(HUGE_CONFIG), "weights": tensors,
+    payload = {"format": 1, "source_sha256": "0" * 64, "config": dict(MODEL_CONFIG), "weights": tensors,
                "model": tensors, "optimizer": {}, "generator": torch.Generator().get_state(), "rng": torch.get_rng_state(),
                "step": HUGE, "curve": [], "seconds": 0.0}
     gguf = b"GGUF" + struct.pack("<IQQ", 3, 2**40, 2**40)

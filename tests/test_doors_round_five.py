@@ -517,7 +517,7 @@ def test_the_r_reader_refuses_attributes_that_are_not_a_pairlist():
 
     data = r_header() + xdr_int(corpus.VECSXP | corpus.HAS_ATTRIBUTES) + xdr_int(1) + r_character_vector(["a"]) + \
         r_string("names")  # the attributes: a string, not a pairlist
-    with pytest.raises(ValueError, match="attributes are not a pairlist"):
+    with pytest.raises(ValueError, match="an R list's names do not match its items: the file is damaged"):
         corpus.read_r_object(data)
 
 

@@ -193,23 +193,21 @@ def check_attention_inputs(query, key, value, dropout_p, is_causal, fused=False)
     check_scores_fit(query, key, score_dtype(query, fused), "the dtype they are computed in")
 
 
-def check_projected(q, k, compute_dtype=None):
-    """A layer's projected q (B, H, T_q, d) and keys k (B, H_kv, T_k, d), before it attends: finite (finite inputs
-    can overflow in a projection) and scores that fit ``compute_dtype`` (default q's: the explicit path computes them
-    in it; the fused kernels in float32 at least, ``score_dtype``)."""
+def check_projected(q, k):
+    """A windowed layer's projected q (B, H, T_q, d) and keys k (B, H_kv, T_k, d), before it attends: finite (finite
+    inputs can overflow in a projection) and scores that fit their dtype (the explicit path computes them in it)."""
     for name, tensor in (("queries", q), ("keys", k)):
         if not has_only_finite(tensor):
             raise ValueError(
                 f"the layer's projected {name} overflowed {tensor.dtype}: the inputs are finite but too large for the "
                 "projection; scale them down (or use float64)"
             )
-    check_scores_fit(q, k, compute_dtype or q.dtype, "the dtype the layer computes them in")
+    check_scores_fit(q, k, q.dtype, "the dtype the layer computes them in")
 
 
 def check_output_finite(layer, output):
-    """A layer's output (or (output, weights)) after its finite inputs: finite, else a sentence (one reduction over
-    the output). Finite inputs can overflow inside: an x of 1e30 projects to queries and keys whose scores reach 1e60,
-    and softmax over inf gives NaN. The layer's input checks have run, so NaN here comes from inside."""
+    """A layer's output (or (output, weights)) after its checked, finite inputs: finite, else a sentence (one reduction
+    over the output). Finite inputs can overflow inside: x of 1e30 gives scores of 1e60, and softmax over inf NaN."""
     tensor = output[0] if isinstance(output, tuple) else output
     if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" and not has_only_finite(tensor):
         raise ValueError(f"the inputs are finite, but {type(layer).__name__} overflowed {tensor.dtype} on them (a "

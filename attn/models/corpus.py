@@ -142,9 +142,7 @@ class _XDRReader:
     @staticmethod
     def _names(attributes, values):
         """The "names" attribute (a list of str, one per item of ``values``), or None when there is none."""
-        if not isinstance(attributes, dict):  # a pairlist reads as a dict; anything else is not attributes
-            raise ValueError("an R object's attributes are not a pairlist (tag -> value): the file is damaged")
-        names = attributes.get("names")
+        names = attributes.get("names") if isinstance(attributes, dict) else attributes  # not a pairlist: refused below
         if names is not None and (not isinstance(names, list) or len(names) != len(values)
                                   or not all(isinstance(name, str) for name in names)):
             raise ValueError("an R list's names do not match its items: the file is damaged")
@@ -353,8 +351,7 @@ def austen(directory=None):
     """The six novels: dict name -> text (one paragraph per line), in publication order.
 
     Read from ``directory`` (default: data/austen at the repository's root), where
-    ``python -m attn.corpus`` writes them. FileNotFoundError, naming that command, if they are absent; ValueError
-    if one is not UTF-8 text (a file put there by hand, or damaged).
+    ``python -m attn.corpus`` writes them. FileNotFoundError, naming that command, if they are absent.
     """
     if directory is not None and not isinstance(directory, str | Path):
         raise TypeError(f"directory must be None or a path (str or pathlib.Path), got {type(directory).__name__}")
@@ -381,19 +378,10 @@ def austen(directory=None):
     return novels
 
 
-def _output_folder(text):
-    from attn.common.destinations import folder_problem, link_leaves_folder
+def _output_folder(text):  # --out: a folder for the novels' files (none a folder, nor a link leading out of it)
+    from attn.common.destinations import folder_argument
 
-    problem = folder_problem(text, example="data/austen")
-    if problem is None:
-        blocked = [Path(text) / f"{name}.txt" for name in TITLES if (Path(text) / f"{name}.txt").is_dir()]
-        if blocked:
-            problem = f"{blocked[0]} is a folder, so the novel's file cannot be written; move it away"
-        else:
-            problem = next(filter(None, (link_leaves_folder(Path(text) / f"{name}.txt") for name in TITLES)), None)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(text)
+    return folder_argument(*(f"{name}.txt" for name in TITLES), example="data/austen")(text)
 
 
 def _deb_file(text):

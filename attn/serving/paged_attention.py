@@ -18,7 +18,8 @@ import torch
 from attn.common.validate import require_computable, require_tensor, type_name, whole_number
 from attn.window import POSITION_CAP
 
-__all__ = ["paged_attention"]  # attend, gather_pages, chunk_attention and merge_attention: the step's parts, unchecked
+__all__ = ["paged_attention"]  # attend, gather_pages and chunk_attention: the step's parts, unchecked (merge_attention
+# checks what it is given; the runner merges its own parts through _merge_attention)
 
 NEG_INF = float("-inf")
 
@@ -89,6 +90,11 @@ def merge_attention(output_a, logsumexp_a, output_b, logsumexp_b):
     each output weighed by its share of the total exp(lse), which is softmax over the union of the keys.
     Returns output (S, H, C, d) and logsumexp (S, H, C)."""
     _check_merge_inputs(output_a, logsumexp_a, output_b, logsumexp_b)
+    return _merge_attention(output_a, logsumexp_a, output_b, logsumexp_b)
+
+
+def _merge_attention(output_a, logsumexp_a, output_b, logsumexp_b):
+    """``merge_attention`` without its checks: the runner merges its own two parts at every layer of every step."""
     total = torch.logaddexp(logsumexp_a, logsumexp_b)  # (S, H, C)
     shift = torch.where(torch.isinf(total), 0.0, total)
     share_a = torch.exp(logsumexp_a - shift)[..., None]  # (S, H, C, 1): 0 where a had no key

@@ -177,6 +177,11 @@ class PagedKVCache:
         self._check_keys(keys, values, layout="(T, H_kv, d)")
         if keys.shape[0] != slots.shape[0]:
             raise ValueError(f"keys hold {keys.shape[0]} positions for {slots.shape[0]} slots: one slot a position")
+        self._write(layer, slots, keys, values)
+
+    def _write(self, layer, slots, keys, values):
+        """``write`` without its checks: for callers whose slots come from ``reserve`` and keys from a checked model
+        (the runner writes every layer at every step; its door checked the step once)."""
         self.key_pages[layer].view(-1, self.num_kv_heads, self.head_dim)[slots] = keys
         self.value_pages[layer].view(-1, self.num_kv_heads, self.head_dim)[slots] = values
 
@@ -197,7 +202,7 @@ class PagedKVCache:
         if seq not in self.block_tables:
             self.add_sequence(seq)
         slots = self.reserve(seq, keys.shape[1])
-        self.write(layer, slots, keys.transpose(0, 1), values.transpose(0, 1))
+        self._write(layer, slots, keys.transpose(0, 1), values.transpose(0, 1))  # checked above
         return slots
 
     def slots(self, seq):

@@ -31,7 +31,8 @@ its time (``signal.setitimer``), a command line that accepts a hostile argument 
 - a process the case started, at any depth, still running when it ends (this process is made the subreaper of
   its orphans, so a grandchild whose parent has gone is still found);
 - for the self-checks, a reply to a wrong answer that lets a learner compute the right one: a factor or a
-  percentage, or two answers on the same side of it that get replies differing only in their numbers.
+  percentage, or any reply that changes when only the right answer moves a little (the wrong answer staying on
+  its side of it): such a reply measures the miss.
 
 A function that cannot take a generic value is named once, in ``EXEMPT``, with the reason.
 """

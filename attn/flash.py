@@ -41,11 +41,13 @@ def online_softmax(scores, block_size):
         block = scores[..., start:start + block_size]  # (..., <= block_size)
         new_max = np.maximum(running_max, block.max(axis=-1, keepdims=True))
         shift = _finite_shift(new_max)
-        rescale = np.exp(running_max - shift)  # exp(m_old - m_new): the old sum in the new units
-        running_sum = running_sum * rescale + np.exp(block - shift).sum(axis=-1, keepdims=True)
+        with np.errstate(over="ignore"):  # float16: a gap past 65,504 becomes -inf, whose exp is 0, as it should be
+            rescale = np.exp(running_max - shift)  # exp(m_old - m_new): the old sum in the new units
+            running_sum = running_sum * rescale + np.exp(block - shift).sum(axis=-1, keepdims=True)
         running_max = new_max
     total = np.where(running_sum > 0, running_sum, 1.0)  # an all -inf row: 0 / 1, not 0 / 0
-    return (np.exp(scores - _finite_shift(running_max)) / total).astype(scores.dtype, copy=False)
+    with np.errstate(over="ignore"):
+        return (np.exp(scores - _finite_shift(running_max)) / total).astype(scores.dtype, copy=False)
 
 
 def _finite_shift(row_max):

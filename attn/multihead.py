@@ -11,6 +11,7 @@ from attn.common.layer_checks import (
     check_attention_inputs,
     check_inputs,
     check_layer_arguments,
+    check_output_finite,
     check_projected,
     check_rotary_base,
     check_weights_fit,
@@ -139,6 +140,11 @@ def _weights_fit(layer, args, kwargs):
     check_weights_fit(layer, args, kwargs)
 
 
+def _output_finite(layer, args, kwargs, output):
+    """MultiHeadAttention's forward hook: ``check_output_finite`` (looked up when called, as ``_weights_fit``)."""
+    check_output_finite(layer, output)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch first.
 
@@ -212,6 +218,7 @@ class MultiHeadAttention(nn.Module):
         self.value_proj = nn.Linear(embed_dim, num_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.register_forward_pre_hook(_weights_fit, with_kwargs=True)  # need_weights: weights that fit, checked first
+        self.register_forward_hook(_output_finite, with_kwargs=True)  # finite inputs that overflowed inside: a sentence
 
     def forward(
         self, query, key, value, mask=None, key_padding_mask=None,

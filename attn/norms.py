@@ -5,11 +5,13 @@ LayerNorm subtracts the mean and adds a bias as well; RMSNorm keeps only the res
 made LayerNorm help, and costs one reduction instead of two.
 """
 
+import math
+
 import torch
 from torch import nn
 
 from attn.common.layer_checks import check_features, check_parameters
-from attn.common.validate import non_negative_number, positive_int
+from attn.common.validate import non_negative_number, positive_int, require_finite
 
 
 class RMSNorm(nn.Module):
@@ -29,12 +31,32 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        """x (..., dim) -> (..., dim)."""
+        """x (..., dim) -> (..., dim).
+
+        Any finite x gives a finite, right result: where a row's mean square is not a finite number above 0 (|x|
+        of 1e30 squares to inf in float32, a row of zeros with eps=0 gives 0 / 0), that row is computed again,
+        scaled by its largest |x| (a zero row gives zeros). The door check looks at the (..., 1) mean squares only.
+        """
         check_features("x", x, self.weight)
         compute = torch.promote_types(x.dtype, torch.float32)  # float32 at least, float64 kept
         wide = x.to(compute)
-        normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., dim)
+        mean_square = wide.pow(2).mean(-1, keepdim=True)  # (..., 1)
+        normed = wide * torch.rsqrt(mean_square + self.eps)  # (..., dim)
+        plain = torch.isfinite(mean_square) & (mean_square.gt(0) if self.eps == 0 else True)  # (..., 1)
+        if x.numel() and not bool(plain.all()):  # the door check: (..., 1) numbers, not every entry
+            require_finite("x", x, "RMSNorm would spread it to the whole row")
+            normed = torch.where(plain, normed, _scaled_rms_norm(wide, self.eps))  # only the rows that need it
         return self.weight * normed.to(x.dtype)
 
     def extra_repr(self):
         return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def _scaled_rms_norm(x, eps):
+    """x / sqrt(mean(x^2) + eps) computed as y / sqrt(mean(y^2) + eps / m^2), y = x / m, m = max |x| of the row:
+    no square overflows or underflows to 0 for a finite x; a row of zeros gives zeros, even with eps = 0."""
+    largest = x.abs().amax(-1, keepdim=True)  # (..., 1)
+    largest = torch.where(largest > 0, largest, torch.ones_like(largest))
+    scaled = x / largest  # (..., dim): every |entry| at most 1
+    denominator = scaled.pow(2).mean(-1, keepdim=True) + (math.sqrt(eps) / largest) ** 2  # eps / m^2, m never squared
+    return scaled * torch.where(denominator > 0, torch.rsqrt(denominator), torch.zeros_like(denominator))

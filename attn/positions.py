@@ -78,7 +78,11 @@ def rotary_frequencies(dim, base=10000.0, scaling=None, length=None):
         check_ntk_dim(dim, rope_type)
         trained = scaling["original_max_position_embeddings"]
         read = max(trained if length is None else length, trained)  # n: no change up to the trained length
-        base = ntk_aware_base(dim, base, scaling["factor"] * read / trained - (scaling["factor"] - 1))
+        factor = scaling["factor"]
+        grown = factor * read / trained - (factor - 1)  # transformers' formula, kept for its exact rounding
+        if factor > 2**52:  # there s - 1 rounds to s, and s n / L - (s - 1) loses its 1: the same number, written safely
+            grown = 1 + factor * (read - trained) / trained
+        base = ntk_aware_base(dim, base, grown)
     plain = np.float64(base) ** (-np.arange(0, dim, 2) / dim)  # (dim / 2,): base^(-2i / dim)
     if rope_type == "linear":
         plain = plain / scaling["factor"]  # every pair turns s times slower: positions p / s
@@ -190,7 +194,8 @@ def apply_rotary(x, positions=None, base=10000.0, scaling=None, rotary_fraction=
     """
     import torch  # here, not at the top: the NumPy lessons import this module without PyTorch
 
-    from attn.common.layer_checks import check_rotary_angles, check_rotary_arguments
+    from attn.common.layer_checks import check_rotary_angles, check_rotary_arguments, largest_magnitude
+    from attn.common.validate import has_only_finite
 
     check_rotary_arguments(x, positions, base)
     length, dim = x.shape[-2], x.shape[-1]
@@ -203,10 +208,17 @@ def apply_rotary(x, positions=None, base=10000.0, scaling=None, rotary_fraction=
     check_rotary_angles(angles, base)
     turned = _turn_pairs(x[..., :rotated].to(compute), angles.cos(), angles.sin())  # (..., T, r)
     factor = yarn_attention_factor(scaling) if scaling is not None else 1.0
-    turned = turned * factor if factor != 1.0 else turned  # YaRN's temperature, on queries and keys alike
+    turned = (turned * factor if factor != 1.0 else turned).to(x.dtype)  # YaRN's temperature, on queries and keys
+    # The door's one check of the result, where it can overflow: a YaRN factor, or float16 (a turned pair can be
+    # sqrt(2) times longer than its largest feature, past 65,504).
+    if (factor != 1.0 or x.dtype == torch.float16) and not has_only_finite(turned):
+        times = f" times YaRN's attention factor {factor:.3g}" if factor != 1.0 else ""
+        raise ValueError(f"x is finite, but rotating it{times} overflows {x.dtype}: the largest |x| is "
+                         f"{largest_magnitude(x):.3g}; scale x down{', use a smaller attention_factor' if times else ''} "
+                         "or use a wider dtype")
     if rotated == dim:
-        return turned.to(x.dtype)
-    return torch.cat([turned.to(x.dtype), x[..., rotated:]], dim=-1)  # (..., T, d): the rest passes through
+        return turned
+    return torch.cat([turned, x[..., rotated:]], dim=-1)  # (..., T, d): the rest passes through
 
 
 def _frequencies(dim, base, scaling, positions, compute):

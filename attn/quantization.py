@@ -66,7 +66,7 @@ def dequantize_q8_0(raw):
     blocks = _blocks(raw, Q8_0_BYTES, "Q8_0")  # (..., n, 34)
     scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)  # (..., n, 1)
     codes = blocks[..., 2:].view(np.int8).astype(np.float32)  # (..., n, 32)
-    return (scale * codes).reshape(*blocks.shape[:-2], -1)
+    return (scale * codes).reshape(*blocks.shape[:-2], blocks.shape[-2] * BLOCK)  # -1 cannot be inferred when a size is 0
 
 
 def dequantize_q4_1(raw):
@@ -76,7 +76,7 @@ def dequantize_q4_1(raw):
     minimum = blocks[..., 2:4].copy().view(np.float16).astype(np.float32)  # (..., n, 1)
     packed = blocks[..., 4:]  # (..., n, 16)
     codes = np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)  # (..., n, 32)
-    return (scale * codes + minimum).reshape(*blocks.shape[:-2], -1)
+    return (scale * codes + minimum).reshape(*blocks.shape[:-2], blocks.shape[-2] * BLOCK)
 
 
 def _blocks(raw, size, name):

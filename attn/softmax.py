@@ -86,7 +86,8 @@ def softmax_in_place(scores, axis=-1):
     # Subtracting the maximum keeps exp() at or below 1, so it cannot overflow.
     # A row that is all -inf has no maximum to subtract: use 0, and its exps are all 0.
     row_max[np.isneginf(row_max)] = 0.0
-    scores -= row_max
+    with np.errstate(over="ignore"):  # float16: a gap past 65,504 becomes -inf, whose exp is 0, as it should be
+        scores -= row_max
     np.exp(scores, out=scores)
     # Summed in float32 at least: a float16 row of 70,000 equal scores would sum to inf (its largest is 65,504).
     totals = np.sum(scores, axis=axis, keepdims=True, dtype=np.promote_types(scores.dtype, np.float32))

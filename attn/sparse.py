@@ -28,7 +28,13 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attn.common.layer_checks import check_index_scores, check_parameters, check_rotary_base, check_sequence
+from attn.common.layer_checks import (
+    check_index_scores,
+    check_parameters,
+    check_rotary_base,
+    check_sequence,
+    largest_magnitude,
+)
 from attn.common.validate import has_only_finite, positive_int, require_finite, type_name, whole_count
 from attn.multihead import explicit_attention
 from attn.positions import apply_rotary
@@ -121,6 +127,10 @@ class LightningIndexer(nn.Module):
         batch, length, _ = x.shape
         q = self.query_proj(query_latent).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H_I, T, d_I)
         k = self.key_norm(self.key_proj(x))  # (B, T, d_I)
+        if not (has_only_finite(q) and has_only_finite(k)):
+            raise ValueError(f"x and query_latent are finite, but the indexer's projections overflowed {q.dtype} on them "
+                             f"(the largest |x| is {largest_magnitude(x):.3g}, |query_latent| "
+                             f"{largest_magnitude(query_latent):.3g}); scale them down or use float64")
         q, k = self._rotate(q), self._rotate(k)
         dots = functional.relu(q @ k[:, None].transpose(-2, -1) / math.sqrt(self.head_dim))  # (B, H_I, T, T)
         weights = self.head_weights(x) / math.sqrt(self.num_heads)  # (B, T, H_I)

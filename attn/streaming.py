@@ -20,9 +20,10 @@ from attn.common.layer_checks import check_attention_shapes
 from attn.common.validate import require_computable, type_name
 from attn.masks import check_keep_mask
 from attn.positions import apply_rotary
-from attn.window import check_window_arguments, window_keep_mask
+from attn.window import POSITION_CAP, check_window_arguments, window_keep_mask
 
 SINK_POSITIONS = ("absolute", "cache")
+MAX_LISTED_PLACES = 2**20  # cache_places builds Python lists: a million places is already far past an example
 
 
 def check_sink_positions(sink_positions, window):
@@ -47,7 +48,13 @@ def cache_places(query_position, window, sink_tokens=0):
         raise ValueError("window must be a positive int here, got None")
     if isinstance(query_position, bool) or not isinstance(query_position, int) or query_position < 0:
         raise ValueError(f"query_position must be an int >= 0, got {type_name(query_position)} {query_position!r}")
-    kept = [j for j in range(query_position + 1) if j < sink_tokens or j > query_position - window]
+    sinks = min(sink_tokens, query_position + 1)
+    first_recent = max(query_position - window + 1, sinks)  # the window's first position past the sinks
+    size = sinks + query_position + 1 - first_recent
+    if size > MAX_LISTED_PLACES:
+        raise ValueError(f"the cache holds {size:,} places at position {query_position:,}; cache_places lists at most "
+                         f"{MAX_LISTED_PLACES:,} (it is the definition, for small examples; cache_shift computes long ones)")
+    kept = [*range(sinks), *range(first_recent, query_position + 1)]
     return kept, list(range(len(kept)))
 
 
@@ -81,6 +88,8 @@ def streaming_attention(query, key, value, window, sink_tokens=0, rotary_base=No
     window, sink_tokens = check_window_arguments(window, sink_tokens)
     if window is None:
         raise ValueError("window must be a positive int: StreamingLLM's cache is a window plus sinks")
+    # A window or a sink count beyond every position changes nothing: capped, so that int64 tensors can compare with them.
+    window, sink_tokens = min(window, POSITION_CAP), min(sink_tokens, POSITION_CAP)
     check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
     visible = window_keep_mask(query_positions, key_positions, window, sink_tokens)  # (T_q, T_k)
     if keep_mask is not None:

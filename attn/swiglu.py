@@ -13,8 +13,8 @@ parameter count; SmolLM2-135M has E = 576 and F = 1536. No biases, as in Llama.
 from torch import nn
 from torch.nn import functional
 
-from attn.common.layer_checks import check_features, check_parameters
-from attn.common.validate import positive_int
+from attn.common.layer_checks import check_features, check_parameters, largest_magnitude
+from attn.common.validate import has_only_finite, positive_int, require_finite
 
 
 class SwiGLU(nn.Module):
@@ -36,4 +36,10 @@ class SwiGLU(nn.Module):
         """x (..., E) -> (..., E)."""
         check_features("x", x, self.gate_proj.weight)
         gated = functional.silu(self.gate_proj(x)) * self.up_proj(x)  # (..., F)
-        return self.down_proj(gated)
+        output = self.down_proj(gated)  # (..., E)
+        if not has_only_finite(output):  # the door check, once, on the output: NaN in, or an overflow on the way
+            require_finite("x", x, "the MLP would spread it")
+            raise ValueError(f"x is finite, but SwiGLU overflowed {x.dtype} on it (the largest |x| is "
+                             f"{largest_magnitude(x):.3g}, and the gate multiplies two projections of it); scale x "
+                             "down, or use float64")
+        return output

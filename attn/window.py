@@ -14,7 +14,7 @@ import torch
 
 from attn.common.device import check_device
 from attn.common.layer_checks import check_attention_shapes, check_scores_fit
-from attn.common.validate import require_finite, require_tensor, type_name
+from attn.common.validate import require_computable, require_finite, require_floating, require_tensor, type_name
 from attn.ring_cache import RingKVCache
 
 MAX_MASK_ENTRIES = 2**32  # 4 GiB of booleans: a larger mask is surely a mistake
@@ -59,8 +59,11 @@ def window_keep_mask(query_positions, key_positions, window, sink_tokens=0):
         raise ValueError("window must be a positive int here, got None")
     for name, positions in (("query_positions", query_positions), ("key_positions", key_positions)):
         require_tensor(name, positions)
-        if positions.dim() != 1 or positions.is_floating_point() or positions.dtype == torch.bool:
+        if positions.dim() != 1 or positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
             raise ValueError(f"{name} must be a 1-D integer tensor, got {positions.dtype} {tuple(positions.shape)}")
+    if query_positions.device != key_positions.device:
+        raise ValueError(f"query_positions are on {query_positions.device} but key_positions on {key_positions.device}; "
+                         "move them to one device with .to(...)")
     # A window or a sink count beyond any position sees every key: capped, so that p - window cannot wrap in int64.
     window, sink_tokens = min(window, POSITION_CAP), min(sink_tokens, POSITION_CAP)
     query, key = query_positions[:, None], key_positions[None, :]  # (T_q, 1), (1, T_k)
@@ -151,6 +154,15 @@ def sink_rescale(output, logsumexp, sink_logits):
     if output.dim() != 4 or logsumexp.shape != output.shape[:3] or sink_logits.shape != (output.shape[1],):
         raise ValueError(f"expected output (B, H, T_q, d), logsumexp (B, H, T_q) and sink_logits (H,), got "
                          f"{tuple(output.shape)}, {tuple(logsumexp.shape)}, {tuple(sink_logits.shape)}")
+    for name, tensor in (("output", output), ("logsumexp", logsumexp), ("sink_logits", sink_logits)):
+        require_computable(name, tensor)
+        require_floating(name, tensor)
+        if tensor.dtype != output.dtype or tensor.device != output.device:
+            raise TypeError(f"{name} is {tensor.dtype} on {tensor.device} but output is {output.dtype} on {output.device}")
+    require_finite("output", output)
+    require_finite("sink_logits", sink_logits, "a NaN or infinite sink would take all of every row's weight, or NaN")
+    if torch.isnan(logsumexp).any() or (logsumexp == float("inf")).any():
+        raise ValueError("logsumexp holds NaN or +inf; a row's log-sum-exp is finite, or -inf for a row that sees no key")
     keep_share = torch.sigmoid(logsumexp - sink_logits[None, :, None])  # (B, H, T_q)
     return output * keep_share[..., None]
 

@@ -11,31 +11,51 @@ Found, not listed:
 - every ``check(id, ...)`` in the exercise register.
 
 Each parameter gets hostile values chosen by its kind (read from its name and its default): tensors of
-wrong rank, dtype and device, NaN, inf, huge finite, sparse and empty; numbers negative, zero, fractional,
-bool, 2**63, 2**70, NaN; paths that are folders, pipes, dangling links, link loops, 300-character names and
-places nobody can write; text with a lone surrogate or NUL. The other parameters get a plain good value,
-so that each hostile value meets the function's checks alone.
+wrong rank, dtype and device, NaN, inf, sparse and empty; numbers negative, zero, fractional, bool, 2**63,
+2**70, NaN; paths that are folders, pipes, dangling links, link loops, 300-character names and places nobody
+can write; text with a lone surrogate or NUL; configs of the wrong kinds. The other parameters get a plain good
+value, so that each hostile value meets the function's checks alone. Every parameter of a kind also gets that
+kind's ``ALWAYS`` values, what a name cannot tell (issue 52): finite values at the edge of a dtype (1e30 in
+float32, 6e4 in float16), files and folders whose files claim sizes that are huge or do not fit what they hold,
+configs that claim 10**8 of everything, and destinations that are symbolic links leading out of their folder.
 
 An outcome passes if it is a ValueError, TypeError or FileNotFoundError raised by a ``raise`` statement in
 the course's own code (the traceback's last frame is under ``attn/``) with a sentence, or a result with no
 NaN (and no inf where the plain call gives none). Everything else fails, with the callable, the argument,
 the value and what escaped: an exception from inside a library, a silent NaN or inf, a call that runs past
-its time (``signal.setitimer``), a command line that accepts a hostile argument and goes on to work.
+its time (``signal.setitimer``), a command line that accepts a hostile argument and goes on to work, and:
+
+- a refused call on a stateful object (a method of an instance) that changed the object's state: every
+  method case compares the instance's state (its attributes, tensors by value) before and after a refusal;
+- a write through a symbolic link to a file outside the destination's folder (the file's bytes are compared);
+- a process the case started, at any depth, still running when it ends (this process is made the subreaper of
+  its orphans, so a grandchild whose parent has gone is still found);
+- for the self-checks, a reply to a wrong answer that lets a learner compute the right one: a factor or a
+  percentage, or any reply that changes when only the right answer moves a little (the wrong answer staying on
+  its side of it): such a reply measures the miss.
+
 A function that cannot take a generic value is named once, in ``EXEMPT``, with the reason.
 """
 
 import argparse
 import ast
+import collections
 import contextlib
+import ctypes
+import functools
 import importlib
 import inspect
 import io
+import json
 import linecache
 import math
 import os
 import pkgutil
+import re
 import resource
 import signal
+import struct
+import time
 import traceback
 import warnings
 import zlib
@@ -210,6 +230,7 @@ FLOAT_NAMES = {
 }
 PATH_NAMES = {"path", "out", "folder", "directory", "notebook", "root", "tests_folder", "log"}
 TEXT_NAMES = {"text", "name", "what", "exercise_id", "kind", "label", "title", "words", "noun", "source", "command"}
+CONFIG_NAMES = {"config", "settings", "metadata", "payload"}
 
 
 def kind_of(name, default):
@@ -217,9 +238,11 @@ def kind_of(name, default):
         return "flag"
     if name in PATH_NAMES or name.endswith(("_path", "_folder", "_file")):
         return "path"
+    if name in CONFIG_NAMES:
+        return "config"
     if name in TENSOR_NAMES:
         return "tensor"
-    if name in INT_NAMES or (isinstance(default, int) and default is not None):
+    if name in INT_NAMES or (isinstance(default, int) and default is not None) or _sized(name):
         return "int"
     if name in FLOAT_NAMES or isinstance(default, float):
         return "float"
@@ -228,8 +251,23 @@ def kind_of(name, default):
     return "any"
 
 
+def _sized(name):
+    """A count or a size by its name's form: num_pages, page_size, mlp_hidden_dim, max_new_tokens."""
+    return name.startswith(("num_", "max_")) or name.endswith(("_size", "_dim", "_count", "_tokens", "_heads", "_layers"))
+
+
 def _sparse():
     return torch.randn(2, 4, 8).to_sparse()
+
+
+def _extreme(value, dtype=torch.float32):
+    """A finite tensor of ±``value`` in ``dtype``, in the plain shape (so that it meets the checks after the shape's)."""
+    def factory(paths):
+        shape = paths.get("shape", (2, 4, 8)) if paths else (2, 4, 8)
+        signs = torch.where(torch.rand(shape) < 0.5, -1.0, 1.0)
+        return (signs * value).to(dtype)
+
+    return factory
 
 
 def _nan_tensor():
@@ -251,8 +289,8 @@ HOSTILE = {
         "a meta tensor": lambda paths: torch.empty(2, 4, 8, device="meta"),
         "a tensor holding NaN": lambda paths: _nan_tensor(),
         "a tensor holding inf": lambda paths: _inf_tensor(),
-        "a finite tensor of 1e20": lambda paths: torch.full((2, 4, 8), 1e20),
-        "a float16 tensor of 300": lambda paths: torch.full((2, 4, 8), 300.0, dtype=torch.float16),
+        "a finite tensor of ±1e30": _extreme(1e30),
+        "a float16 tensor of ±6e4": _extreme(6e4, torch.float16),
         "a sparse tensor": lambda paths: _sparse(),
         "an empty tensor (2, 0, 8)": lambda paths: torch.empty(2, 0, 8),
         "a NumPy array": lambda paths: np.ones((2, 4, 8)),
@@ -291,6 +329,10 @@ HOSTILE = {
         "a name with NUL": lambda paths: "data\x00out",
         "a name with a lone surrogate": lambda paths: "out\ud800",
         "a number": lambda paths: 3,
+        "a link leading out of its folder": lambda paths: paths["new"]("outward-link"),
+        "a folder whose files are links leading out of it": lambda paths: paths["new"]("linked-folder"),
+        "a folder of files claiming huge sizes": lambda paths: paths["new"]("claims-folder"),
+        "a file claiming huge sizes": lambda paths: paths["new"]("claims-file"),
     },
     "text": {
         "a lone surrogate": lambda paths: "\ud800",
@@ -300,6 +342,12 @@ HOSTILE = {
         "bytes": lambda paths: b"\xff",
     },
     "flag": {"the text 'yes'": lambda paths: "yes", "2": lambda paths: 2, "None": lambda paths: None},
+    "config": {
+        "a config claiming 10**8 of every size": lambda paths: dict(HUGE_CONFIG),
+        "a config of text": lambda paths: {key: "8" for key in HUGE_CONFIG},
+        "a list": lambda paths: [1, 2],
+        "an object()": lambda paths: object(),
+    },
     "any": {
         "None": lambda paths: None,
         "a lone surrogate": lambda paths: "\ud800",
@@ -313,6 +361,7 @@ HOSTILE = {
 # a plain value per kind (and per name where the kind's is wrong), so that each hostile value meets the checks alone
 GOOD_BY_NAME = {
     "embed_dim": 8, "num_heads": 2, "heads": 2, "head_dim": 4, "d_k": 8, "vocab_size": 16, "length": 4, "window": 2,
+    "dim": 8,  # RMSNorm's features: a plain (2, 4, 8) input fits it
     "tokens": lambda paths: torch.randint(0, 16, (2, 4)), "positions": lambda paths: torch.arange(4),
     "mask": lambda paths: torch.ones(4, 4, dtype=torch.bool), "keep_mask": lambda paths: torch.ones(4, 4, dtype=torch.bool),
     "steps": 1, "repeats": 1, "seed": 0, "block_q": 2, "block_k": 2, "chunk_size": 2, "capacity": 4, "num_layers": 1,
@@ -324,9 +373,28 @@ GOOD_BY_NAME = {
     "gates": lambda paths: torch.rand(1, 2, 4, 2), "compressed_weights": lambda paths: torch.rand(1, 2, 4, 2),
     "block_keep": lambda paths: torch.ones(1, 2, 4, 2, dtype=torch.bool),
 }
+# What a parameter's name cannot tell: tried on every parameter of the kind, beside the SAMPLES taken in turn.
+ALWAYS = {
+    "tensor": ("a finite tensor of ±1e30", "a float16 tensor of ±6e4"),
+    "path": ("a link leading out of its folder", "a folder whose files are links leading out of it",
+             "a folder of files claiming huge sizes", "a file claiming huge sizes"),
+    "config": ("a config claiming 10**8 of every size",),
+}
+HUGE = 10**8
+MODEL_CONFIG = {  # a model's sizes as a converted file stores them, each claimed huge (1.5 kB can claim 10**8 layers)
+    **dict.fromkeys(("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers",
+                     "mlp_hidden_dim"), HUGE),
+    "rotary_base": 10000.0, "norm_eps": 1e-5,
+}
+HUGE_CONFIG = {  # every size a course config names, claimed huge
+    **MODEL_CONFIG, **dict.fromkeys(("steps", "batch_size", "max_length", "heads", "head_dim", "length", "seeds",
+                                     "streams", "stream_length", "chunk", "passages", "passage_length", "windows"), HUGE),
+    "dropout": 0.0, "mlp_ratio": 4,
+}
+
 GOOD_BY_KIND = {
     "tensor": lambda paths: torch.randn(*paths.get("shape", (2, 4, 8))),
-    "int": 2, "float": 0.5, "text": "a", "flag": False, "any": None,
+    "int": 2, "float": 0.5, "text": "a", "flag": False, "any": None, "config": None,
     "path": lambda paths: str(paths["fresh"] / f"out{next(paths['counter'])}"),
 }
 
@@ -399,6 +467,42 @@ def raised_by_the_course(error):
         return False
     line = linecache.getline(last.filename, last.lineno).strip()
     return line.startswith("raise ") or line.startswith("raise(")
+
+
+class _StateChanged(BaseException):  # raised by the sweep itself: a failure whatever the call raised
+    pass
+
+
+def state_of(value, depth=0, seen=None):
+    """A comparable picture of ``value``'s state: attributes walked to a few levels, tensors and arrays by value
+    (a CRC of their bytes), containers in order, functions and classes by name."""
+    seen = set() if seen is None else seen
+    if isinstance(value, bool | int | float | complex | str | bytes | type(None)):
+        return value if not (isinstance(value, float) and math.isnan(value)) else "NaN"
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "meta" or value.layout != torch.strided:
+            return ("tensor", str(value.dtype), tuple(value.shape), str(value.device), str(value.layout))
+        data = value.detach().cpu().contiguous()
+        raw = data.view(torch.uint8) if data.numel() and data.dtype != torch.bool else data.to(torch.uint8)
+        return ("tensor", str(value.dtype), tuple(value.shape), zlib.crc32(raw.numpy().tobytes()))
+    if isinstance(value, np.ndarray):
+        return ("array", str(value.dtype), value.shape, zlib.crc32(np.ascontiguousarray(value).tobytes()))
+    if isinstance(value, torch.Generator):
+        return ("generator", zlib.crc32(value.get_state().numpy().tobytes()))
+    if depth > 6 or id(value) in seen or callable(value) and not hasattr(value, "__dict__"):
+        return type(value).__name__
+    if inspect.isfunction(value) or inspect.ismethod(value) or inspect.isclass(value) or inspect.ismodule(value):
+        return getattr(value, "__qualname__", type(value).__name__)
+    seen = seen | {id(value)}
+    if isinstance(value, dict):
+        return ("dict", tuple((repr(key)[:80], state_of(item, depth + 1, seen)) for key, item in list(value.items())[:2000]))
+    if isinstance(value, list | tuple | collections.deque):
+        return (type(value).__name__, tuple(state_of(item, depth + 1, seen) for item in list(value)[:2000]))
+    if isinstance(value, set | frozenset):
+        return ("set", tuple(sorted(repr(item)[:80] for item in value)))
+    if hasattr(value, "__dict__"):
+        return (type(value).__qualname__, state_of(vars(value), depth + 1, seen))
+    return type(value).__name__
 
 
 def describe(value):
@@ -504,15 +608,15 @@ def _call_with(function, parameters, values):
     return function(*positional, **named)
 
 
-PLAIN_SHAPES = ((2, 4, 8), (1, 2, 4, 8))  # (B, T, E) for layers, (B, H, T, d) for attention on heads
+PLAIN_SHAPES = ((2, 4, 8), (1, 2, 4, 8), (2, 4, 4))  # (B, T, E) for layers, (B, H, T, d) on heads, (H_kv, T, d)
 
 
-def _plain_shape(function, parameters, paths):
-    """The first plain tensor shape that ``function`` accepts (so that hostile values meet its later checks too)."""
+def _plain_shape(target, parameters, paths):
+    """The first plain tensor shape that ``target()`` accepts (so that hostile values meet its later checks too)."""
     for shape in PLAIN_SHAPES:
         try:
             with time_limit(CALL_SECONDS), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                _call_with(function, parameters, _plain_values(parameters, {**paths, "shape": shape}))
+                _call_with(target(), parameters, _plain_values(parameters, {**paths, "shape": shape}))
             return shape
         except BaseException:  # noqa: BLE001,S112 - this shape is not the function's; try the next
             continue
@@ -550,29 +654,44 @@ class _LazyPlainInf:
 
 
 def function_cases(door, function, paths, make=None):
-    """The cases of one function (or of a method, ``make() -> bound method`` building a fresh instance each time)."""
+    """The cases of one function (or of a method: ``make() -> (instance, bound method)``, a fresh instance each time,
+    whose state a refused call must leave as it was)."""
     parameters = _parameters(function)
     if parameters is None:
         return []
-    target = make or (lambda: function)
+    target = (lambda: make()[1]) if make else (lambda: function)
     tensor_names = [p.name for p in parameters if kind_of(p.name, p.default) == "tensor" and p.name not in GOOD_BY_NAME]
-    if make is None and tensor_names and any(p.default is p.empty for p in parameters if p.name in tensor_names):
-        paths = {**paths, "shape": _plain_shape(function, parameters, paths)}
+    if tensor_names and any(p.default is p.empty for p in parameters if p.name in tensor_names):
+        paths = {**paths, "shape": _plain_shape(target, parameters, paths)}
     has_inf = _LazyPlainInf(lambda: _plain_has_inf(target(), parameters, paths))
-    def plain_call():
-        return _call_with(target(), parameters, _plain_values(parameters, paths))
 
-    plain = Case(door, "(all)", "plain values", plain_call, has_inf)
+    def invoke(values):
+        if make is None:
+            return _call_with(function, parameters, values)
+        instance, method = make()
+        before = state_of(instance)
+        try:
+            return _call_with(method, parameters, values)
+        except ALLOWED:
+            if state_of(instance) != before:
+                raise _StateChanged("a refused call changed the object's state (a refusal must leave it as it was: "
+                                    "check everything before changing anything)") from None
+            raise
+
+    plain = Case(door, "(all)", "plain values", lambda: invoke(_plain_values(parameters, paths)), has_inf)
     cases = [plain]
     for number, parameter in enumerate(parameters):
         kind = kind_of(parameter.name, parameter.default)
-        table = [(label, factory) for label, factory in HOSTILE[kind].items() if not _is_default(factory, parameter.default)]
+        always = ALWAYS.get(kind, ())
+        table = [(label, factory) for label, factory in HOSTILE[kind].items()
+                 if label not in always and not _is_default(factory, parameter.default)]
         start = (number * SAMPLES) % max(len(table), 1)
-        for label, factory in (table[start:] + table[:start])[:SAMPLES]:
+        chosen = (table[start:] + table[:start])[:SAMPLES] + [(label, HOSTILE[kind][label]) for label in always]
+        for label, factory in chosen:
             def call(parameter=parameter, factory=factory):
                 values = _plain_values(parameters, paths)
                 values[parameter.name] = factory(paths)
-                return _call_with(target(), parameters, values)
+                return invoke(values)
 
             cases.append(Case(door, parameter.name, label, call, has_inf))
     return cases
@@ -630,7 +749,8 @@ def callable_cases(paths, found=None):
                 callee = "forward" if method == "forward" else method
                 unbound = getattr(value, callee)
                 def bound(instance_maker=make, method=method):
-                    return instance_maker() if method == "forward" else getattr(instance_maker(), method)
+                    instance = instance_maker()
+                    return instance, instance if method == "forward" else getattr(instance, method)
 
                 cases += function_cases(f"{name}.{method}", unbound, paths, make=bound)
     return cases, skipped
@@ -687,6 +807,11 @@ def cli_hostile(action, paths):
                   "a 300-character name": paths["long"], "a place nobody can write": "/proc/attn-sweep/out"}
         if action.dest not in ("out",):
             values["a folder"] = paths["new"]("folder")
+        if action.dest == "out":  # each file the command writes there a link leading out of the folder
+            values["a folder whose files are links leading out of it"] = paths["new"]("linked-folder")
+        if action.dest in ("model", "corpus"):  # files that claim sizes they do not hold
+            values["a folder of files claiming huge sizes"] = paths["new"]("claims-folder")
+            values["a file claiming huge sizes"] = paths["new"]("claims-file")
         return values
     if kind == "int":
         values = {"2.5": "2.5", "2**64": str(2**64), "2**70": str(2**70), "nan": "nan", "x": "x"}
@@ -808,12 +933,14 @@ def _correct(exercise_id):
         raise _AcceptedError(f"its own solution is answered {line[:80]!r}")
 
 
-def check_cases():
-    from attn.course.exercises import exercise_ids
+def check_cases(exercise_ids=None):
+    """Hostile answers to every self-check (each answered "Not yet"), its own solution answered Correct, and no reply
+    to a wrong answer that lets the right one be computed (``leak_cases``)."""
+    from attn.course.exercises import exercise_ids as registered
     from attn.course.exercises.registry import verdict
 
     cases = []
-    for exercise_id in exercise_ids():
+    for exercise_id in exercise_ids or registered():
         cases.append(Case(f"check({exercise_id!r}, ...)", "answer", "its own solution", lambda e=exercise_id: _correct(e)))
         for label, answer in CHECK_ANSWERS.items():
             def call(exercise_id=exercise_id, answer=answer):
@@ -823,6 +950,80 @@ def check_cases():
                 return None
 
             cases.append(Case(f"check({exercise_id!r}, ...)", "answer", label, call))
+    return cases + leak_cases(exercise_ids)
+
+
+# A reply that says how far off an answer is gives the answer away: "too small, by about a factor of 160" to an
+# answer of 1 is 160. Words that measure a miss; and (below) a reply that changes when only the right answer moves.
+MEASURED_MISS = re.compile(r"factor of|\d\s*%|\bby about\b|\btimes (?:too|as|more|less)\b|\boff by\b|\bdiffers? by\b")
+NEIGHBOURS = (0.98, 1.02)  # the right answer moved this little: every wrong answer tried stays on its side
+
+
+def _wrong_answers(expected, whole):
+    """Wrong answers on one side of ``expected`` (a clean array) or the other, and 1 and 2 (what a learner types first)."""
+    answers = [expected * factor for factor in (0.37, 0.61, 1.9, 3.3)]
+    if expected.ndim == 0:
+        answers += [np.float64(1.0), np.float64(2.0)] if float(expected) != 0 else [np.float64(-1.0)]
+    return [np.round(answer).astype(np.int64) if whole else answer for answer in answers]
+
+
+def _neighbours(expected, whole):
+    """Right answers near ``expected``: it times 0.98 and 1.02 (whole numbers: one less and one more, away from 0)."""
+    if whole:  # entries of 0 stay 0, as they do in the float neighbours
+        step = np.sign(expected)
+        return [expected - step * (np.abs(expected) > 1), expected + step]
+    return [expected * factor for factor in NEIGHBOURS]
+
+
+def _same_sides(answer, expected, moved):
+    """True if every nonzero entry of ``answer`` lies strictly on the same side of ``expected`` as of ``moved`` (and
+    of 0), and its entries where ``expected`` is 0 are 0 too: the verdict on each entry's direction cannot change."""
+    nonzero = expected != 0
+    with np.errstate(all="ignore"):
+        before, after = np.sign(answer - expected)[nonzero], np.sign(answer - moved)[nonzero]
+        signs = np.sign(answer)[nonzero] == np.sign(expected)[nonzero]
+    return bool(np.all(answer[~nonzero] == 0) and np.all(before == after) and np.all(before != 0) and np.all(signs))
+
+
+def leak_cases(exercise_ids=None):
+    """For every exercise answered by numbers, each wrong answer's reply must say no factor or percentage, and must
+    stay the same when the right answer moves a little while the wrong answer stays on its side of it: a reply that
+    changes then measures the miss, and a learner could compute the right answer from it (issue 52)."""
+    from attn.course.exercises import EXERCISES
+    from attn.course.exercises import exercise_ids as registered
+    from attn.course.exercises.answers import AnswerError, Array, Number, normalise
+
+    cases = []
+    for exercise_id in exercise_ids or registered():
+        found = EXERCISES[exercise_id]
+        if not isinstance(found.expects, Number | Array) or getattr(found.expects, "kind", "float") == "mask":
+            continue
+
+        def call(exercise_id=exercise_id, found=found):
+            try:
+                expected = np.asarray(normalise(found.solution(), found.expects))
+            except AnswerError:
+                return None  # the course's own answer cannot be computed here (lesson 11's trained models)
+            if expected.dtype == bool or expected.size == 0 or expected.size > 10_000:
+                return None
+            whole = getattr(found.expects, "kind", "float") == "whole"
+            for answer in _wrong_answers(expected, whole):
+                try:
+                    clean = normalise(answer.item() if answer.ndim == 0 else answer, found.expects)
+                    reply = found.judge(clean, expected)
+                except AnswerError:
+                    continue
+                if reply is None and not np.allclose(answer, expected):
+                    raise _AcceptedError(f"answered Correct to the wrong answer {describe(answer)}")
+                if reply is not None and MEASURED_MISS.search(reply):
+                    raise _AcceptedError(f"tells how far a wrong answer is, which gives the right one away: {reply!r:.160}")
+                for moved in _neighbours(expected, whole):
+                    if _same_sides(np.asarray(clean), expected, moved) and found.judge(clean, moved) != reply:
+                        raise _AcceptedError(f"the reply to {describe(answer)} changes when only the right answer moves "
+                                             f"(it measures the miss): {reply!r:.100} / {found.judge(clean, moved)!r:.100}")
+            return None
+
+        cases.append(Case(f"check({exercise_id!r}, ...)", "answer", "wrong answers (no measure of the miss)", call))
     return cases
 
 
@@ -852,6 +1053,20 @@ def hostile_paths(folder):
             place.mkdir()
         elif kind == "dangling":
             place.symlink_to(folder / "nowhere" / place.name)
+        elif kind == "outward-link":  # a file in a folder of its own, a link to a file outside that folder
+            place.mkdir()
+            place = place / "results.json"
+            place.symlink_to(_sentinel(folder / f"{place.parent.name}-outside"))
+        elif kind == "linked-folder":  # every file name the course writes, each a link to a file outside the folder
+            place.mkdir()
+            for name in course_file_names():
+                (place / name).symlink_to(_sentinel(folder / f"{place.name}-outside-{name}"))
+        elif kind == "claims-folder":
+            place.mkdir()
+            write_claiming_files(place)
+        elif kind == "claims-file":
+            place.mkdir()
+            place = write_claiming_files(place)
         else:
             place.symlink_to(folder / f"{place.name}-b")
             (folder / f"{place.name}-b").symlink_to(place)
@@ -865,20 +1080,141 @@ def hostile_paths(folder):
     }
 
 
+SENTINELS = {}  # file outside a destination folder -> the bytes it must still hold after each case
+
+
+def _sentinel(path):
+    """A file that no call may change (a link in a destination folder points to it); its path."""
+    path.write_bytes(b"nobody named this file\n")
+    SENTINELS[path] = path.read_bytes()
+    return path
+
+
+def _changed_sentinels():
+    """The files outside a destination that a case wrote through a link (their bytes differ), forgotten after."""
+    changed = [path for path, data in SENTINELS.items() if not path.is_file() or path.read_bytes() != data]
+    SENTINELS.clear()
+    return changed
+
+
+@functools.cache
+def course_file_names():
+    """Every file name the course's commands write or read: their modules' ``*_NAME`` constants, and the novels."""
+    from attn.data.corpus import TITLES
+
+    names = {f"{title}.txt" for title in TITLES}
+    for module in public_modules():
+        for attribute, value in vars(module).items():
+            if attribute.endswith("_NAME") and isinstance(value, str) and "." in value and "/" not in value:
+                names.add(value)
+    return tuple(sorted(names))
+
+
+def write_claiming_files(folder):
+    """In ``folder``, each file the course reads, claiming sizes that are huge or not what it holds: a PyTorch file
+    whose model config claims 10**8 of every size (10**8 layers...) over two small tensors, a GGUF header announcing
+    2**40 tensors and 2**40 metadata entries, JSON claiming a vocabulary of 10**8. Returns the PyTorch file's path."""
+    tensors = {"token_embedding.weight": torch.zeros(2, 2), "norm.weight": torch.ones(2)}
+    payload = {"format": 1, "source_sha256": "0" * 64, "config": dict(MODEL_CONFIG), "weights": tensors,
+               "model": tensors, "optimizer": {}, "generator": torch.Generator().get_state(), "rng": torch.get_rng_state(),
+               "step": HUGE, "curve": [], "seconds": 0.0}
+    gguf = b"GGUF" + struct.pack("<IQQ", 3, 2**40, 2**40)
+    claims = json.dumps({"vocab_size": HUGE, "model": {"type": "BPE", "vocab": {}, "merges": []}, "config": HUGE_CONFIG})
+    for name in course_file_names():
+        if name.endswith(".pt"):
+            torch.save(payload, folder / name)
+        elif name.endswith(".gguf"):
+            (folder / name).write_bytes(gguf)
+        elif name.endswith(".json"):
+            (folder / name).write_text(claims)
+    torch.save(payload, folder / "claims.pt")
+    return folder / "claims.pt"
+
+
+PR_SET_CHILD_SUBREAPER = 36  # Linux's prctl option: orphaned descendants are re-parented to this process
+
+
+@contextlib.contextmanager
+def subreaper():
+    """This process adopts its orphaned descendants while the sweep runs (Linux; elsewhere only children are seen)."""
+    libc = None
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            libc = None
+    try:
+        yield
+    finally:
+        if libc is not None:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def live_descendants(pid=None):
+    """{pid: command} of every process below ``pid`` (default this one) that is still running (zombies left out)."""
+    found, pending = {}, [pid or os.getpid()]
+    while pending:
+        parent = pending.pop()
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in map(int, children.read_text().split()):
+                    if child not in found:
+                        found[child] = _command_of(child)
+                        pending.append(child)
+    return {child: command for child, command in found.items() if command is not None}
+
+
+def _command_of(pid):
+    """The command line of a running process, or None if it has ended (a zombie or gone)."""
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return None
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+    except (OSError, IndexError):
+        return None
+
+
+def end_leftovers(before):
+    """SIGKILL every process started since ``before`` (a live_descendants snapshot) and still running; their list."""
+    deadline = time.monotonic() + 1.0
+    leftovers = {}
+    while True:  # a process being ended by the case's own clean-up gets a moment to go
+        leftovers = {pid: command for pid, command in live_descendants().items() if pid not in before}
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid in leftovers:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in leftovers:
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)  # an orphan adopted by this process: nobody else will reap it
+    return leftovers
+
+
 def run_cases(cases, skip=()):
     """The failures of ``cases`` but those keyed in ``skip`` (each call bounded in time, the address space capped).
 
     The first case of each door may take WARM_UP_SECONDS (imports, data built once); the others CALL_SECONDS.
+    A case also fails if it wrote through a link to a file outside its destination, or left a process running.
     """
     failures, warm = [], set()
-    with memory_limit(), torch.random.fork_rng(devices=[]):  # the doors' seeds leave the other tests' draws alone
+    with memory_limit(), torch.random.fork_rng(devices=[]), subreaper():  # the doors' seeds leave other tests' alone
         for case in cases:
             if case.key() in skip:
                 continue
             seconds = CALL_SECONDS if case.door in warm else WARM_UP_SECONDS
             warm.add(case.door)
             torch.manual_seed(zlib.crc32(case.key().encode()))  # each case draws the same numbers, in any order
+            before = live_descendants()
             failure = case.failure(seconds)
+            changed, leftovers = _changed_sentinels(), end_leftovers(before)
+            if failure is None and changed:
+                failure = Failure(case.door, case.argument, case.value, f"wrote through a symbolic link to {changed[0]}, "
+                                  "outside the destination's folder (a file nobody named)")
+            if failure is None and leftovers:
+                pid, command = next(iter(leftovers.items()))
+                failure = Failure(case.door, case.argument, case.value, f"left {len(leftovers)} process(es) running "
+                                  f"after it returned (pid {pid}: {command!r}); end every process started, at any depth")
             if failure is not None:
                 failures.append(failure)
     return failures

@@ -100,6 +100,8 @@ def unchecked(query, window):
 def checked(query, window):
     if not isinstance(query, torch.Tensor) or query.dim() != 3 or not query.is_floating_point():
         raise TypeError("query must be a float tensor of shape (B, T, d)")
+    if query.dtype != torch.float32:
+        raise TypeError("query must be a float32 tensor")
     if query.device.type == "meta" or not torch.isfinite(query).all() or abs(query).max() > 1e6:
         raise ValueError("query must hold finite numbers of moderate size")
     if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= 2**20:
@@ -117,6 +119,25 @@ def main(argv=None):
 if __name__ == "__main__":
     main()
 '''
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """plant(source) -> the sweep's public callables of a package planted_course whose module layer.py is ``source``."""
+    package = tmp_path / "planted_course"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sweep, "ATTN", package.resolve())
+
+    def plant(source):
+        (package / "layer.py").write_text(textwrap.dedent(source))
+        importlib.invalidate_caches()
+        return sweep.public_callables(sweep.public_modules("planted_course"))
+
+    yield plant
+    for name in [name for name in sys.modules if name.startswith("planted_course")]:
+        del sys.modules[name]
 
 
 def test_a_planted_unchecked_function_and_command_line_are_caught(tmp_path, monkeypatch, paths):
@@ -142,3 +163,107 @@ def test_a_planted_unchecked_function_and_command_line_are_caught(tmp_path, monk
     finally:
         for name in [name for name in sys.modules if name.startswith("planted_course")]:
             del sys.modules[name]
+
+
+PLANTED_STATE = '''
+class Queue:
+    """Remembers numbers; add() records the number before checking it, so a refused add changes the queue."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, number):
+        self.items.append(number)
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= 9:
+            raise ValueError("number must be a whole number from 0 to 9")
+        return len(self.items)
+
+    def add_checked(self, number):
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= 9:
+            raise ValueError("number must be a whole number from 0 to 9")
+        self.items.append(number)
+        return len(self.items)
+'''
+
+
+def test_a_planted_refusal_that_changes_the_object_is_caught(planted, paths):
+    cases, _ = sweep.callable_cases(paths, planted(PLANTED_STATE))
+    failures = sweep.run_cases(cases)
+    assert {failure.door for failure in failures} == {"planted_course.layer.Queue.add"}, [str(f) for f in failures]
+    assert all("a refused call changed the object's state" in failure.escaped for failure in failures)
+
+
+PLANTED_PROCESS = '''
+import subprocess
+
+
+def start_helper(count):
+    """Checks its argument, then starts a shell that leaves a grandchild running (the shell itself ends at once)."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 3:
+        raise ValueError("count must be a whole number from 1 to 3")
+    subprocess.run(["sh", "-c", "sleep 30 > /dev/null 2>&1 &"], check=True)
+    return count
+'''
+
+
+def test_a_planted_grandchild_process_is_caught_and_ended(planted, paths):
+    before = sweep.live_descendants()
+    cases, _ = sweep.callable_cases(paths, planted(PLANTED_PROCESS))
+    failures = sweep.run_cases(cases)
+    assert [failure.value for failure in failures] == ["plain values"], [str(f) for f in failures]
+    assert "left 1 process(es) running" in failures[0].escaped and "sleep 30" in failures[0].escaped
+    assert set(sweep.live_descendants()) <= set(before)  # the sweep ended it
+
+
+PLANTED_LINK = '''
+import os
+from pathlib import Path
+
+
+def save(path):
+    """Checks what it can, then writes through whatever link ``path`` is."""
+    if not isinstance(path, str) or "\\x00" in path or not path.isprintable() or len(path) > 200:
+        raise TypeError("path must be a short printable str")
+    if not Path(path).parent.is_dir() or Path(path).is_dir() or (Path(path).exists() and not Path(path).is_file()):
+        raise ValueError("path must name a file in a folder that exists")
+    if Path(path).is_symlink() and not Path(os.path.realpath(path)).parent.is_dir():
+        raise ValueError("path is a link to nowhere")
+    Path(path).write_text("written")
+    return None
+'''
+
+
+def test_a_planted_write_through_a_link_out_of_its_folder_is_caught(planted, paths):
+    cases, _ = sweep.callable_cases(paths, planted(PLANTED_LINK))
+    failures = sweep.run_cases(cases)
+    assert {failure.value for failure in failures} == {"a link leading out of its folder"}, [str(f) for f in failures]
+    assert "wrote through a symbolic link to" in failures[0].escaped
+
+
+def test_a_planted_factor_of_n_reply_is_caught(monkeypatch):
+    from attn.course.exercises import EXERCISES
+    from attn.course.exercises.answers import Number
+    from attn.course.exercises.registry import Exercise
+
+    def factor_of_n(answer, expected):  # the leak of issue 52: "by about a factor of 160" to an answer of 1
+        if float(answer) == float(expected):
+            return None
+        ratio = float(expected) / float(answer) if float(answer) else 0
+        return f"your size is too small, by about a factor of {round(ratio)}." if ratio > 1 else "your size is too large."
+
+    def in_words(answer, expected):  # the same leak without the words: "1 short" to 159, "2 short" to 158
+        if float(answer) == float(expected):
+            return None
+        return f"your size is {abs(round(float(expected) - float(answer)))} {'short' if answer < expected else 'over'}."
+
+    def direction(answer, expected):  # what a check may say
+        if float(answer) == float(expected):
+            return None
+        return f"your size is too {'small' if answer < expected else 'large'}; work it through again."
+
+    for name, judge in (("98.1", factor_of_n), ("98.2", in_words), ("98.3", direction)):
+        monkeypatch.setitem(EXERCISES, name, Exercise(name, Number("your size"), lambda: 160.0, "160 MiB.", judge))
+    failures = sweep.run_cases(sweep.leak_cases(["98.1", "98.2", "98.3"]))
+    assert {failure.door for failure in failures} == {"check('98.1', ...)", "check('98.2', ...)"}, [str(f) for f in failures]
+    assert "tells how far a wrong answer is" in next(f.escaped for f in failures if "98.1" in f.door)
+    assert "changes when only the right answer moves" in next(f.escaped for f in failures if "98.2" in f.door)

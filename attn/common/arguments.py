@@ -44,6 +44,16 @@ def number_argument(name, minimum, maximum, why="", below_maximum=False):
     return parse
 
 
+def refuse_repeats(parser, args, *destinations):
+    """argparse's error if a list argument (``--arms nope nope``) names one value twice: each run is made once."""
+    for destination in destinations:
+        values = getattr(args, destination)
+        repeated = next((value for index, value in enumerate(values) if value in values[:index]), None)
+        if repeated is not None:
+            option = "--" + destination.replace("_", "-")
+            parser.error(f"argument {option}: {repeated!r} is given twice; name each once (each run is made once)")
+
+
 MAX_STEPS = 10**7  # ten million steps: weeks of training on a CPU, more than any of the course's runs
 STEPS_WHY = "more would train for weeks"
 

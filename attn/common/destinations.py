@@ -5,9 +5,14 @@
 parents if need be (``python -m attn.models.induction --out``). Both return None when the destination is fine.
 Creating a file is tried, not inferred from permission bits, so a read-only file system or a folder that
 only root could write to is found too; nothing that exists is ever opened (a named pipe would block, a
-device such as /dev/full would accept the test and refuse the result). A symbolic link is followed to
-where it points. ``write_text`` then writes through a temporary file renamed into place, so that a
-failure never leaves half a file.
+device such as /dev/full would accept the test and refuse the result). ``write_text`` then writes through a
+temporary file renamed into place, so that a failure never leaves half a file.
+
+Symbolic links: a link the learner names as the file itself (``--out results.json``, ``--times``) is followed
+to where it points, since that is where they asked for the file (``follow_link=True``). A file a command writes
+into a folder it was given (``--out DIR`` holding ``DIR/results.json``) is followed only while it stays inside
+that folder: a link there that leads out of it is refused, before any work (``output_folder``) and again when
+the file is written, so that no command overwrites a file elsewhere that nobody named.
 """
 
 import argparse
@@ -83,21 +88,28 @@ def file_problem(text, example="results.json"):
     return None
 
 
-def write_text(path, text):
-    """Write ``text`` to the file ``path`` (following a link) through a temporary file in its folder, renamed into place."""
+def write_text(path, text, follow_link=False):
+    """Write ``text`` to the file ``path`` through a temporary file in its folder, renamed into place.
+
+    follow_link: True where the learner named ``path`` itself (a link there is followed wherever it leads); False
+    (a file written into a folder) follows a link only to a place inside the folder that holds it."""
     from attn.common.validate import require_text
 
     require_text("text", text)
-    write_through_temporary(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
+    write_through_temporary(path, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"), follow_link)
 
 
-def write_through_temporary(path, write):
-    """Call ``write(temporary)`` to fill a temporary file beside ``path``, then rename it to ``path``: all or nothing."""
+def write_through_temporary(path, write, follow_link=False):
+    """Call ``write(temporary)`` to fill a temporary file beside ``path``, then rename it to ``path``: all or nothing.
+
+    follow_link: as for ``write_text``; a link that leads out of its folder is refused unless it is True."""
     if not callable(write):
         raise TypeError(f"write must be a function that fills the temporary file, got {type(write).__name__}")
     if not isinstance(path, str | os.PathLike):
         raise TypeError(f"path must be a file's path, got {type(path).__name__}")
-    problem = file_problem(path)
+    if not isinstance(follow_link, bool):
+        raise TypeError(f"follow_link must be True or False, got {type(follow_link).__name__}")
+    problem = file_problem(path) or (None if follow_link else link_leaves_folder(path))
     if problem is not None:
         raise ValueError(problem)
     target = _target(Path(path))
@@ -115,6 +127,20 @@ def write_through_temporary(path, write):
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def link_leaves_folder(path):
+    """Why the file ``path`` may not be written through, or None: it is a symbolic link that leads out of the folder
+    it is in, to a file nobody named."""
+    given = Path(path)
+    if not given.is_symlink():
+        return None
+    folder = Path(os.path.realpath(given.parent))
+    target = Path(os.path.realpath(given))
+    if target.is_relative_to(folder):
+        return None
+    return (f"{given} is a symbolic link to {target}, outside the folder {given.parent} it was to be written in; it "
+            "was not followed: remove the link, or give that file itself as the destination")
 
 
 def _target(path):
@@ -172,6 +198,8 @@ def output_folder(text, file_names, example="lessons/records"):
     taken = [Path(text) / name for name in file_names if (Path(text) / name).is_dir()] if problem is None else []
     if taken:
         problem = f"{taken[0]} is a folder, so the file of that name cannot be written; move it away"
+    if problem is None:
+        problem = next(filter(None, (link_leaves_folder(Path(text) / name) for name in file_names)), None)
     if problem is not None:
         raise ValueError(problem)
     return Path(text)

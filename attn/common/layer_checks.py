@@ -205,6 +205,16 @@ def check_projected(q, k):
     check_scores_fit(q, k, q.dtype, "the dtype the layer computes them in")
 
 
+def check_output_finite(layer, output):
+    """A layer's output (or (output, weights)) after its checked, finite inputs: finite, else a sentence (one reduction
+    over the output). Finite inputs can overflow inside: x of 1e30 gives scores of 1e60, and softmax over inf NaN."""
+    tensor = output[0] if isinstance(output, tuple) else output
+    if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" and not has_only_finite(tensor):
+        raise ValueError(f"the inputs are finite, but {type(layer).__name__} overflowed {tensor.dtype} on them (a "
+                         "projection, or the scores Q K^T, passed its largest number); scale the inputs down, or use "
+                         "float64")
+
+
 MAX_MLP_BYTES = 2**36  # 64 GiB: a TransformerBlock whose MLP weights would need more is surely a typo
 
 
@@ -305,7 +315,9 @@ def check_flash_tensors(query, key, value):
 
 
 def largest_magnitude(tensor):
-    """max |tensor| as a Python float, by one reduction that makes no copy of ``tensor``."""
+    """max |tensor| as a Python float, by one reduction that makes no copy of ``tensor`` (0.0 for an empty tensor)."""
+    if tensor.numel() == 0:
+        return 0.0
     smallest, largest = torch.aminmax(tensor)
     return max(-smallest.item(), largest.item())
 

@@ -19,6 +19,11 @@ def source_problem(path, what):
     """
     if not isinstance(path, str | os.PathLike):
         return TypeError, f"the path of {what} must be a str or pathlib.Path, got {type(path).__name__}"
+    from attn.common.destinations import name_problem
+
+    named = name_problem(path)  # NUL, a lone surrogate, a name too long, a loop of links: before the OS sees it
+    if named is not None:
+        return ValueError, named
     path = Path(path)
     try:
         path.stat()

@@ -142,7 +142,7 @@ class _XDRReader:
     @staticmethod
     def _names(attributes, values):
         """The "names" attribute (a list of str, one per item of ``values``), or None when there is none."""
-        names = attributes.get("names") if isinstance(attributes, dict) else None
+        names = attributes.get("names") if isinstance(attributes, dict) else attributes  # not a pairlist: refused below
         if names is not None and (not isinstance(names, list) or len(names) != len(values)
                                   or not all(isinstance(name, str) for name in names)):
             raise ValueError("an R list's names do not match its items: the file is damaged")
@@ -368,20 +368,20 @@ def austen(directory=None):
             f"Austen's novels are not in {folder} ({len(missing)} of 6 missing); fetch them with "
             f"'{FETCH_COMMAND}' (needs apt-get, as on Debian, Ubuntu or WSL), about 10 seconds"
         )
-    return {name: (folder / f"{name}.txt").read_text(encoding="utf-8") for name in TITLES}
+    novels = {}
+    for name in TITLES:
+        try:
+            novels[name] = (folder / f"{name}.txt").read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{folder / f'{name}.txt'} is not UTF-8 text (byte {error.start:,} cannot be read); fetch "
+                             f"the novels again with '{FETCH_COMMAND}'") from None
+    return novels
 
 
-def _output_folder(text):
-    from attn.common.destinations import folder_problem
+def _output_folder(text):  # --out: a folder for the novels' files (none a folder, nor a link leading out of it)
+    from attn.common.destinations import folder_argument
 
-    problem = folder_problem(text, example="data/austen")
-    if problem is None:
-        blocked = [Path(text) / f"{name}.txt" for name in TITLES if (Path(text) / f"{name}.txt").is_dir()]
-        if blocked:
-            problem = f"{blocked[0]} is a folder, so the novel's file cannot be written; move it away"
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return Path(text)
+    return folder_argument(*(f"{name}.txt" for name in TITLES), example="data/austen")(text)
 
 
 def _deb_file(text):

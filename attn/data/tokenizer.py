@@ -54,6 +54,8 @@ def bpe_merges(words, num_merges, ties="bytes"):
     """
     if not isinstance(words, list | tuple) or not all(isinstance(word, str) for word in words):
         raise TypeError(f"words must be a list of str, got {_type_name(words)}")
+    for word in words:
+        require_text("each word", word)  # a lone surrogate has no UTF-8 bytes to merge
     if isinstance(num_merges, bool) or not isinstance(num_merges, numbers.Integral) or num_merges < 0:
         raise ValueError(f"num_merges must be a whole number >= 0, got {num_merges!r}")
     if ties not in ("bytes", "library"):
@@ -116,6 +118,8 @@ def train_tokenizer(texts, vocab_size=VOCAB_SIZE):
 
     if not isinstance(texts, list | tuple) or not texts or not all(isinstance(text, str) for text in texts):
         raise TypeError(f"texts must be a non-empty list of str, got {_type_name(texts)}")
+    for text in texts:
+        require_text("each text", text)  # a lone surrogate has no UTF-8 bytes to learn from
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral):
         raise TypeError(f"vocab_size must be a whole number, got {_type_name(vocab_size)} {vocab_size!r}")
     if not 256 <= vocab_size <= 65536:

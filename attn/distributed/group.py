@@ -42,6 +42,10 @@ def group_rank(what, group):
     return rank, dist.get_world_size(group)
 
 
+class PeerRefusedError(ValueError):
+    """Raised by a process whose own input was fine, because another process's input was refused."""
+
+
 def agree(what, row, problem, group, fields):
     """Share each process's description ``row`` (whole numbers named by ``fields``) and raise together.
 
@@ -55,8 +59,8 @@ def agree(what, row, problem, group, fields):
         raise problem
     refused = [r for r, shared in enumerate(rows) if not shared[-1]]
     if refused:
-        raise ValueError(f"{what}: process {refused[0]}'s input was refused (its own error says why), so this "
-                         "process stops too rather than wait for it")
+        raise PeerRefusedError(f"{what}: process {refused[0]}'s input was refused (its own error says why), so this "
+                               "process stops too rather than wait for it")
     for field, values in zip(fields, zip(*rows, strict=True), strict=False):
         if field != "length" and len(set(values)) > 1:
             raise ValueError(f"{what}: the processes disagree on {field}, {list(values)} in rank order; every process "

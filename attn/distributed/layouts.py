@@ -14,6 +14,7 @@ __all__ = ["LAYOUTS", "shard", "shard_positions", "unshard"]
 
 LAYOUTS = ("contiguous", "zigzag")
 MAX_LENGTH = 2**24  # positions: 128 MiB of int64 indices, far more than a lesson needs
+MAX_WORLD_SIZE = 2**12  # processes: a list of this many shards is built in well under a second
 
 
 def pieces_per_process(layout):
@@ -24,7 +25,7 @@ def pieces_per_process(layout):
 def shard_positions(length, world_size, layout="contiguous"):
     """The global positions of every process: a list of ``world_size`` int64 tensors, in rank order."""
     length = whole_number("length", length, minimum=1, maximum=MAX_LENGTH)
-    world_size = whole_number("world_size", world_size, minimum=1)
+    world_size = whole_number("world_size", world_size, minimum=1, maximum=MAX_WORLD_SIZE)
     pieces = pieces_per_process(layout) * world_size
     if length < pieces:
         raise ValueError(f"{length} positions cannot be split over {world_size} processes in the {layout} layout: "
@@ -38,7 +39,7 @@ def shard_positions(length, world_size, layout="contiguous"):
 def shard(x, rank, world_size, layout="contiguous"):
     """Process ``rank``'s shard of x (B, H, T, d): x[:, :, positions] -> (B, H, T_r, d)."""
     _require_sequence("x", x)
-    world_size = whole_number("world_size", world_size, minimum=1)
+    world_size = whole_number("world_size", world_size, minimum=1, maximum=MAX_WORLD_SIZE)
     rank = whole_number("rank", rank, minimum=0, maximum=world_size - 1)
     positions = shard_positions(x.shape[2], world_size, layout)[rank]
     return x[:, :, positions.to(x.device)]
@@ -48,6 +49,8 @@ def unshard(shards, layout="contiguous"):
     """The shards of every process, in rank order -> the whole (B, H, T, d), positions back in order."""
     if not isinstance(shards, list | tuple) or not shards:
         raise TypeError(f"shards must be a non-empty list of (B, H, T_r, d) tensors in rank order, got {type_name(shards)}")
+    if len(shards) > MAX_WORLD_SIZE:
+        raise ValueError(f"shards holds {len(shards):,} pieces; at most {MAX_WORLD_SIZE:,} processes are split here")
     for rank, piece in enumerate(shards):
         _require_sequence(f"shards[{rank}]", piece)
         if piece.shape[:2] != shards[0].shape[:2] or piece.shape[3:] != shards[0].shape[3:]:

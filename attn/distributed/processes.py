@@ -3,12 +3,15 @@
 Each process runs ``function(rank, world_size, *args)`` with ``torch.distributed`` initialised (the gloo
 backend, which runs on CPUs; on GPUs the same code runs on NCCL). They meet through a file in a fresh
 temporary folder, not a fixed port, so two runs at once (``pytest -n 2``) never collide. Each result comes
-back through a file; every process is ended before ``spawn`` returns or raises, whatever happened.
+back through a file; every process is ended before ``spawn`` returns or raises, whatever happened, and so is
+every process they started in turn (each runs in a process group of its own, ended whole).
 """
 
+import contextlib
 import datetime
 import multiprocessing
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -26,7 +29,11 @@ MAX_PROCESSES = 16
 TIMEOUT = 120.0  # seconds for the whole run
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=60)  # a process that waits this long for another gives up
 GRACE = 2.0  # seconds the others get to finish after one process fails
+END_GRACE = 1.0  # seconds every process, together, gets to end after SIGTERM before SIGKILL
 KEPT_TYPES = (ValueError, TypeError, FileNotFoundError, IndexError, KeyError, ZeroDivisionError, AssertionError)
+# What a process raises when ANOTHER one failed: its peer closed the connection, or refused its input first.
+CONSEQUENCES = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError", "PeerRefusedError")
+CONSEQUENCE_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out waiting")
 
 
 def spawn(function, world_size, *args, timeout=TIMEOUT):
@@ -38,6 +45,9 @@ def spawn(function, world_size, *args, timeout=TIMEOUT):
     require_callable("function", function)
     world_size = whole_number("world_size", world_size, minimum=1, maximum=MAX_PROCESSES)
     timeout = positive_number("timeout", timeout)
+    if multiprocessing.current_process().daemon:
+        raise ValueError("spawn was called inside a process that spawn started; its processes cannot start processes "
+                         "of their own: call spawn once, from the notebook or script, with every process it needs")
     context = _start_context(function)
     with tempfile.TemporaryDirectory(prefix="attn-processes-") as folder:
         folder = Path(folder)
@@ -46,6 +56,7 @@ def spawn(function, world_size, *args, timeout=TIMEOUT):
         try:
             for process in processes:
                 process.start()
+                _own_group(process.pid)
             _wait(processes, folder, timeout)
         finally:
             _end(processes)
@@ -70,6 +81,7 @@ def _start_context(function):
 
 def _run_one(function, rank, world_size, folder, args):
     """The body of process ``rank``: join the group, run, write the result (or the error), leave."""
+    _own_group(0)  # a process group of its own (spawn sets it too): whatever it starts is ended with it
     torch.set_num_threads(1)  # N processes share the cores: one math thread each
     _use_loopback()
     outcome = {}
@@ -122,14 +134,38 @@ def _failed(process, folder, rank):
     return path.exists() and "error" in _load(path)
 
 
+def _own_group(pid):
+    """Make process ``pid`` (0: this one) the leader of a process group of its own, where the platform has them.
+
+    Both sides call it (the parent right after starting the child, the child first thing), so the group exists
+    whichever runs first; a child that has already ended or exec'd is left as it is."""
+    if hasattr(os, "setpgid"):
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, 0)
+
+
+def _signal_group(pid, number):
+    """Send signal ``number`` to every process of the group led by ``pid``, if it still has any."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, number)
+
+
 def _end(processes):
+    """End every process and everything it started: SIGTERM to each group at once, END_GRACE seconds for all of
+    them together, then SIGKILL to whatever is left (a process that ignores SIGTERM costs one grace, not one each)."""
     for process in processes:
-        if process.is_alive():
-            process.terminate()
+        if process.pid is not None:
+            _signal_group(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + END_GRACE
     for process in processes:
-        process.join(5)
-        if process.is_alive():
-            process.kill()
+        if process.pid is not None:
+            process.join(max(deadline - time.monotonic(), 0))
+    for process in processes:
+        if process.pid is not None:
+            _signal_group(process.pid, signal.SIGKILL)  # the group outlives its leader while a member lives
+            if process.is_alive():
+                process.kill()
             process.join()
 
 
@@ -151,8 +187,17 @@ def _read_result(folder, rank, world_size):
 
 
 def _first_cause(errors, world_size):
-    """The error to raise: the first ValueError or TypeError (the others are usually processes left waiting)."""
-    kept = [(rank, error) for rank, error in errors if error[0] in {kind.__name__ for kind in KEPT_TYPES}]
-    rank, (name, message, _) = (kept or errors)[0]
+    """The error to raise: the process that failed first in its own right, not one that stopped because another did.
+
+    In order: a ValueError, TypeError... of the process's own (KEPT_TYPES), any other error of its own, and only then
+    a consequence (a connection its peer closed, a peer's refusal passed on)."""
+    kept_names = {kind.__name__ for kind in KEPT_TYPES}
+
+    def order(item):
+        rank, (name, message, _) = item
+        consequence = name in CONSEQUENCES or any(words in message for words in CONSEQUENCE_WORDS)
+        return (consequence, name not in kept_names, rank)
+
+    rank, (name, message, _) = min(errors, key=order)
     kind = next((kind for kind in KEPT_TYPES if kind.__name__ == name), RuntimeError)
     return kind(f"process {rank} of {world_size} raised {name}: {message}")

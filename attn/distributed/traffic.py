@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from attn.common.validate import require_choice, whole_number
-from attn.distributed.layouts import LAYOUTS, MAX_LENGTH, shard_positions
+from attn.distributed.layouts import LAYOUTS, MAX_LENGTH, MAX_WORLD_SIZE, shard_positions
 
 __all__ = ["Traffic", "all_gather_bytes", "causal_work", "count_traffic", "ring_bytes", "ulysses_bytes"]
 
@@ -103,4 +103,5 @@ def causal_work(length, world_size, layout="contiguous"):
     """
     require_choice("layout", layout, LAYOUTS)
     length = whole_number("length", length, minimum=1, maximum=MAX_LENGTH)
+    whole_number("world_size", world_size, minimum=1, maximum=MAX_WORLD_SIZE)
     return [int((positions + 1).sum()) for positions in shard_positions(length, world_size, layout)]

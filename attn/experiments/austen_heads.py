@@ -132,6 +132,10 @@ def window_losses(model, inputs, targets, mask=None):
     if inputs.shape != targets.shape or 0 in inputs.shape:
         raise ValueError(f"inputs and targets must both be (W, T) with W, T >= 1, got {tuple(inputs.shape)}, "
                          f"{tuple(targets.shape)}")
+    for name, ids in (("inputs", inputs), ("targets", targets)):
+        if int(ids.min()) < 0 or int(ids.max()) >= model.vocab_size:
+            raise ValueError(f"{name} must be token ids 0 .. {model.vocab_size - 1} (the model's vocabulary), got "
+                             f"{int(ids.min())} .. {int(ids.max())}")
     logits = model(inputs, mask=mask)  # (W, T, V)
     return functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
 
@@ -154,6 +158,7 @@ def copy_scores(weights, passage_length):
     Counterparts, not "the previous occurrence": in real text a token such as ' the' occurs many times.
     """
     weights = _check_weights(weights)
+    passage_length = whole_number("passage_length", passage_length, minimum=1)
     if weights.shape[-1] != 2 * passage_length:
         raise ValueError(f"the weights cover {weights.shape[-1]} positions, not a passage of {passage_length} twice")
     queries = torch.arange(passage_length, 2 * passage_length)  # (P,): the second copy
@@ -260,9 +265,9 @@ def _model_folder(text):
     missing = [name for name in (WEIGHTS_NAME, TOKENIZER_NAME) if not (folder / name).is_file()]
     if missing:
         raise argparse.ArgumentTypeError(f"{folder} lacks {', '.join(missing)}: give the folder 'python -m attn.lm train' wrote")
-    from attn.common.destinations import file_problem
+    from attn.common.destinations import file_problem, link_leaves_folder
 
-    problem = file_problem(folder / HEADS_NAME, example=HEADS_NAME)
+    problem = file_problem(folder / HEADS_NAME, example=HEADS_NAME) or link_leaves_folder(folder / HEADS_NAME)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return folder
@@ -281,9 +286,12 @@ def main(argv=None):
     except FileNotFoundError as error:
         parser.error(str(error))
     torch.set_num_threads(1)
-    model, tokenizer = load(args.model)
-    held_out = torch.tensor(tokenizer.encode(novels[HELD_OUT]), dtype=torch.long)
-    record = measure(model, held_out)
+    try:  # damaged weights, or a held-out novel too short to measure on: a sentence, not a traceback
+        model, tokenizer = load(args.model)
+        held_out = torch.tensor(tokenizer.encode(novels[HELD_OUT]), dtype=torch.long)
+        record = measure(model, held_out)
+    except ValueError as error:
+        parser.error(str(error))
     write_text(args.out / HEADS_NAME, json.dumps(record, indent=1) + "\n")
     print(f"held-out loss {record['loss']:.3f}, without the first token {record['loss_without_first_token']:.3f}; "
           f"copies: first {record['first_copy_loss']:.3f}, second {record['second_copy_loss']:.3f}. "

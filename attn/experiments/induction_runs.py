@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from attn.common.destinations import file_problem, folder_problem, write_text
+from attn.common.destinations import file_problem, folder_problem, link_leaves_folder, write_text
 from attn.models.induction import (
     TEST_SEED,
     AttentionOnlyTransformer,
@@ -116,6 +116,7 @@ def output_folder(text):
         problem = f"{Path(text) / RUNS_NAME} is a folder, so the file of that name cannot be written; move it away"
     elif problem is None and (Path(text) / RUNS_NAME).exists():
         problem = file_problem(Path(text) / RUNS_NAME)
+    problem = problem or link_leaves_folder(Path(text) / RUNS_NAME)
     if problem is not None:
         raise ValueError(problem)
     return Path(text)

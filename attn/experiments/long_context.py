@@ -352,7 +352,7 @@ def main(argv=None):
     try:
         record = run(args.out, args.size, args.model, args.corpus, args.fine_tune_steps,
                      progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except FileNotFoundError as error:  # the corpus or the model is missing: its sentence names the command
+    except (FileNotFoundError, ValueError) as error:  # the corpus or the model is missing or damaged: a sentence
         parser.error(str(error))
     longest = str(max(record["settings"]["lengths"]))
     print(f"Wrote {Path(args.out) / RESULTS_NAME}: at {longest} tokens the loss past the trained length is "

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from attn.common.arguments import refuse_repeats
 from attn.common.destinations import folder_argument, write_text
 from attn.common.validate import require_callable, require_choice, type_name, whole_number
 from attn.experiments import window_induction
@@ -137,6 +138,9 @@ def run(arm, seed, max_steps=MAX_STEPS, per_distance=TEST_PER_DISTANCE, lengths=
 def run_all(out, arms=tuple(ARMS), seeds=SEEDS, max_steps=MAX_STEPS, per_distance=TEST_PER_DISTANCE, progress=print):
     """Every arm with every seed, written to ``out``/RESULTS_NAME; returns the record."""
     require_callable("progress", progress)
+    for name, values in (("arms", arms), ("seeds", seeds)):
+        if not isinstance(values, list | tuple) or len(set(values)) != len(values):
+            raise ValueError(f"{name} must be a list naming each once, got {values!r:.80}")
     record = {
         "task": {"vocab_size": VOCAB_SIZE, "train_length": TRAIN_LENGTH, "eval_lengths": list(EVAL_LENGTHS),
                  "embed_dim": EMBED_DIM, "num_heads": NUM_HEADS, "num_layers": NUM_LAYERS, "batch_size": BATCH_SIZE,
@@ -179,6 +183,7 @@ def main(argv=None):
     parser.add_argument("--per-distance", type=PER_DISTANCE_ARGUMENT, default=TEST_PER_DISTANCE,
                         help=f"test sequences per distance (default {TEST_PER_DISTANCE})")
     args = parser.parse_args(argv)
+    refuse_repeats(parser, args, "arms", "seeds")
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     run_all(args.out, tuple(args.arms), tuple(args.seeds), args.max_steps, args.per_distance)
 

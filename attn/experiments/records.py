@@ -52,8 +52,9 @@ def sized_command(command, description, name, sizes, durations, run, argv=None):
     """The command line of a measurement with ``--out`` (checked before any work) and ``--size``: parses ``argv``,
     runs ``run(out, size, progress)`` on one math thread with progress on stderr, and returns (record, out).
 
-    durations: {size: "about 14 minutes", ...} for the help; a FileNotFoundError from ``run`` (the corpus, the model
-    or a record it reads is missing: its sentence names the command that makes it) becomes the parser's error.
+    durations: {size: "about 14 minutes", ...} for the help; a FileNotFoundError or ValueError from ``run`` (the
+    corpus, the model or a record it reads is missing or damaged: its sentence names the command that makes it again)
+    becomes the parser's error: a sentence and exit status 2, never a traceback.
     """
     _check_command(command, description, name, sizes, durations, run, argv)
     parser = argparse.ArgumentParser(prog=command, description=description)
@@ -64,7 +65,7 @@ def sized_command(command, description, name, sizes, durations, run, argv=None):
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     try:
         record = run(args.out, args.size, progress=lambda line: print(line, file=sys.stderr, flush=True))
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))
     return record, Path(args.out)
 

@@ -197,7 +197,12 @@ def indexer_kl(index_scores, target):
     if not target.is_floating_point() or not torch.isfinite(target).all() or (target < 0).any():
         raise ValueError("target must hold finite weights >= 0 (head_summed_target gives them)")
     length = target.shape[-1]
+    if target.shape[0] == 0 or length == 0:
+        raise ValueError(f"index_scores {tuple(index_scores.shape)} hold no query: the loss is an average over queries")
     causal = torch.ones(length, length, dtype=torch.bool, device=target.device).tril()
+    if not bool(((index_scores > -math.inf) & causal).any(dim=-1).all()):
+        raise ValueError("a query's index scores are -inf for every key it may read, so their softmax is undefined: "
+                         "give each query at least one finite score")
     log_q = torch.log_softmax(index_scores.masked_fill(~causal, -math.inf), dim=-1)
     # p log p - p log q, with 0 log 0 = 0 and nothing taken from keys the target gives no weight
     terms = torch.xlogy(target, target) - torch.where(target > 0, target * log_q, torch.zeros_like(target))

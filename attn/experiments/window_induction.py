@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.arguments import whole_number_argument
+from attn.common.arguments import refuse_repeats, whole_number_argument
 from attn.common.destinations import folder_argument, write_text
 from attn.common.validate import require_choice, require_module, require_tensor, require_token_ids, type_name, whole_number
 from attn.experiments.window_runs import (
@@ -47,6 +47,7 @@ VOCAB_SIZE = 64  # lesson 11's: large enough that a random repeat of the current
 MIN_DISTANCE, MAX_DISTANCE = 2, LENGTH // 2  # both copies fit in the sequence
 EVAL_EVERY, PATIENCE, MIN_GAIN, MAX_STEPS = 250, 3, 0.01, 12_000  # the stopping rule: see the docstring
 VALID_SEQUENCES, VALID_SEED, TEST_PER_DISTANCE, TEST_SEED = 512, 2000, 100, 12345
+EVAL_CHUNK = 1024  # test sequences scored at once (the default 100 in one chunk): --per-distance 100,000 fits too
 RESULTS_NAME = "window_induction.json"
 INDUCTION_STACKS = tuple(name for name in STACKS if name != "1 local")  # one layer cannot copy (lesson 11)
 
@@ -166,7 +167,9 @@ def _accuracy(model, per_distance, length):
     accuracy = []
     for distance in range(MIN_DISTANCE, length // 2 + 1):
         tokens, copyable = repeat_batch(torch.full((per_distance,), distance), generator, length)
-        accuracy.append(copy_loss(model, tokens, copyable)[1].double().mean().item())
+        right = [copy_loss(model, tokens[start:start + EVAL_CHUNK], copyable[start:start + EVAL_CHUNK])[1]
+                 for start in range(0, per_distance, EVAL_CHUNK)]  # scored a chunk at a time: any count fits in memory
+        accuracy.append(torch.cat(right).double().mean().item())
     return accuracy
 
 
@@ -223,6 +226,7 @@ def main(argv=None):
     parser.add_argument("--per-distance", type=PER_DISTANCE_ARGUMENT, default=TEST_PER_DISTANCE,
                         help=f"test sequences per distance (default {TEST_PER_DISTANCE})")
     args = parser.parse_args(argv)
+    refuse_repeats(parser, args, "stacks", "seeds")
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     run_all(args.out, tuple(args.stacks), tuple(args.seeds), args.max_steps, args.per_distance)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
-from attn.common.arguments import MAX_STEPS, steps_argument, whole_number_argument
+from attn.common.arguments import MAX_STEPS, refuse_repeats, steps_argument, whole_number_argument
 from attn.common.destinations import folder_argument, write_text
 from attn.common.validate import require_choice, whole_number
 from attn.models.decoder import Decoder
@@ -189,6 +189,7 @@ def main(argv=None):
     parser.add_argument("--per-distance", type=PER_DISTANCE_ARGUMENT, default=TEST_PER_DISTANCE,
                         help=f"test examples per distance (default {TEST_PER_DISTANCE})")
     args = parser.parse_args(argv)
+    refuse_repeats(parser, args, "stacks", "seeds")
     torch.set_num_threads(1)  # the same sums in the same order on every machine
     run_all(args.out, tuple(args.stacks), tuple(args.seeds), args.steps, args.per_distance)
 

@@ -350,7 +350,7 @@ def main(argv=None):
     except (TypeError, ValueError) as error:
         parser.error(f"arguments --batch, --heads, --head-dims, --lengths: {error}")
     result = run_benchmark(device, dtype, *sizes)
-    write_text(args.out, json.dumps(result, indent=1))
+    write_text(args.out, json.dumps(result, indent=1), follow_link=True)  # the file the learner named
     for row in result["rows"]:
         timing = f"{row['seconds'] * 1e3:9.2f} ms" if row["status"] == "ok" else row["status"]
         extra = f"  {row['tflops']:7.2f} TFLOP/s" if "tflops" in row else ""

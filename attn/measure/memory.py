@@ -56,9 +56,16 @@ class _StorageCounter(TorchDispatchMode):
 
 
 def _tensors(tree):
-    """The tensors that hold memory among the leaves of nested lists, tuples and dicts (meta tensors hold none)."""
-    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided
-            and leaf.device.type != "meta"]
+    """The tensors that hold memory among the leaves of nested lists, tuples and dicts (meta tensors hold none).
+
+    A sparse (or other non-strided) tensor made by an operation is refused: its memory is not one storage that can
+    be counted, so a function that makes one (or returns one) cannot be measured."""
+    leaves = [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+    other = next((leaf for leaf in leaves if leaf.layout != torch.strided), None)
+    if other is not None:
+        raise TypeError(f"the function measured made a tensor of layout {other.layout}, whose memory is not one storage "
+                        "that peak_bytes can count; measure a function of dense tensors (.to_dense())")
+    return [leaf for leaf in leaves if leaf.device.type != "meta"]
 
 
 def _storage_key(tensor):

@@ -29,6 +29,7 @@ from torch import nn
 
 from attn.block import TransformerBlock
 from attn.common.layer_checks import check_parameters
+from attn.common.sizes import readable_bytes
 from attn.common.validate import positive_int, type_name
 from attn.data.corpus import REPOSITORY_ROOT
 from attn.data.tokenizer import Tokenizer
@@ -69,6 +70,7 @@ SIZES = {
         "dropout": 0.0, "eval_every": 5, "eval_windows": 4, "seed": 0,
     },
 }
+WEIGHTS_LIMIT_BYTES = 4 * 10**9  # need_weights' (L, B, H, T, T_k) tensor at most: lesson 16's LlamaLM's limit too
 
 
 class AustenLM(nn.Module):
@@ -103,6 +105,7 @@ class AustenLM(nn.Module):
         self.readout = nn.Linear(embed_dim, self.vocab_size, bias=False)
         self.readout.weight = self.token_embedding.weight  # tied: one (V, E) matrix reads tokens in and out
         self.apply(_initialise)
+        self.register_forward_pre_hook(_weights_fit, with_kwargs=True)  # need_weights: refused first if too large
 
     @property
     def num_heads(self):
@@ -135,6 +138,28 @@ class AustenLM(nn.Module):
         for block in self.blocks:
             block.attention.set_rotary_scaling(scaling)
         return self
+
+
+def _weights_fit(model, args, kwargs):
+    """AustenLM's forward pre-hook: need_weights=True keeps (L, B, H, T, T_k) weights, refused before any work past
+    WEIGHTS_LIMIT_BYTES, as lesson 16's LlamaLM refuses them (each layer's own (B, H, T, T_k) would otherwise reach
+    the allocator first). Everything else is checked by forward."""
+    given = dict(zip(("tokens", "caches", "need_weights", "mask"), args, strict=False)) | kwargs
+    tokens, caches = given.get("tokens"), given.get("caches")
+    if given.get("need_weights") is not True or not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        return
+    try:  # anything that is not a list of caches is refused later, by forward
+        cached = len(caches[0]) if caches else 0
+    except TypeError:
+        cached = 0
+    batch, length = tokens.shape
+    count = len(model.blocks) * batch * model.num_heads * length * (cached + length)
+    nbytes = count * model.token_embedding.weight.dtype.itemsize
+    if nbytes > WEIGHTS_LIMIT_BYTES:
+        raise ValueError(f"need_weights=True for {batch} x {length} tokens (after {cached} cached) would keep "
+                         f"L * B * H * T * T_k = {count:,} weights, {readable_bytes(nbytes)}, more than the "
+                         f"{readable_bytes(WEIGHTS_LIMIT_BYTES)} allowed; read the weights of fewer or shorter texts, or "
+                         "leave need_weights False")
 
 
 def _initialise(module):

@@ -72,8 +72,9 @@ def _corpus_folder_argument(text):
 
 
 def _corpus_or_error(parser, folder):
-    """argparse's error (exit status 2), naming the command that fetches the novels, if they are not in ``folder``."""
+    """argparse's error (exit status 2), naming the command that fetches the novels, if they are not in ``folder``
+    (or one of them is not UTF-8 text)."""
     try:
         austen(folder)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))

@@ -263,8 +263,11 @@ def refresh_baselines(out, corpus=None):
     path = Path(out) / LOG_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: train a model there first ('{TRAIN_COMMAND} --out {out}')")
-    log = json.loads(path.read_text())
-    config = log["config"]
+    try:
+        log = json.loads(path.read_text(encoding="utf-8"))
+        config = log["config"]
+    except (ValueError, KeyError, TypeError):  # not JSON, not UTF-8, or not a training log
+        raise ValueError(f"{path} is not a training log of '{TRAIN_COMMAND}': train a model there again") from None
     tokenizer, train_tokens, held_out_tokens = prepare(config, corpus)
     if tokenizer.backend.to_str() != Tokenizer.load(Path(out) / TOKENIZER_NAME).backend.to_str():
         raise ValueError(f"the tokenizer trained now differs from {Path(out) / TOKENIZER_NAME}: not the same corpus?")

@@ -129,9 +129,13 @@ def course_state_dict(metadata, tensors):
     config = config_from_metadata(metadata)
     _require_dict("tensors", tensors)
     shapes = _expected_shapes(config)
-    weights = {}
+    weights, source = {}, {}
     for name, array in tensors.items():
         ours = course_name(name)
+        if ours in source:
+            raise ValueError(f"the tensors {source[ours]!r} and {name!r} are two names for one weight, {ours}; a file "
+                             "holds each weight once")
+        source[ours] = name
         if ours not in shapes:
             raise ValueError(f"the tensor {name!r} lies beyond the {config['num_layers']} blocks the metadata announces")
         if not isinstance(array, np.ndarray) or tuple(array.shape) != shapes[ours]:
@@ -234,15 +238,47 @@ def read_converted(folder, source_sha256):
     config, weights = payload["config"], payload.get("weights")
     if set(config) != {"vocab_size", *CONFIG_KEYS}:
         raise ValueError(f"{path}'s config does not hold LlamaLM's arguments: convert it again with '{FETCH_COMMAND}'")
-    try:
-        shapes = _expected_shapes(config)
-    except (KeyError, TypeError, ZeroDivisionError):
-        raise ValueError(f"{path}'s config is damaged: convert it again with '{FETCH_COMMAND}'") from None
+    _check_claimed_sizes(path, config, weights)
+    shapes = _expected_shapes(config)
     if not isinstance(weights, dict) or {name: tuple(getattr(w, "shape", ())) for name, w in weights.items()} != shapes \
             or any(w.dtype != torch.float32 for w in weights.values()):
         raise ValueError(f"{path} lacks some of the model's float32 weights or has others: convert it again with "
                          f"'{FETCH_COMMAND}'")
     return config, weights
+
+
+def _check_claimed_sizes(path, config, weights):
+    """The config's sizes checked before anything is built from them: LlamaLM's own argument checks (whole numbers,
+    heads that divide, parameters that fit in memory), and as many weights as its layers claim (a config claiming
+    10**8 layers is refused here, not looped over)."""
+    from attn.models.llama import check_llama_arguments
+
+    sizes = {name: config[name] for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads",
+                                              "num_layers", "mlp_hidden_dim")}
+    try:
+        checked = check_llama_arguments(**sizes, rotary_base=config["rotary_base"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{path}'s config is damaged ({error}): convert it again with '{FETCH_COMMAND}'") from None
+    claimed = 2 + len(BLOCK_NAMES) * checked["num_layers"]
+    if not isinstance(weights, dict) or len(weights) != claimed:
+        held = len(weights) if isinstance(weights, dict) else type(weights).__name__
+        raise ValueError(f"{path}'s config claims {checked['num_layers']:,} layers ({claimed:,} weights), but the file "
+                         f"holds {held}: convert it again with '{FETCH_COMMAND}'")
+
+
+def _check_loaded(folder, config, weights, tokenizer):
+    """What a converted file could still hide, checked once at load: weights holding NaN or inf (``convert`` refuses
+    those), and a tokenizer of another vocabulary than the model's."""
+    from attn.common.validate import has_only_finite
+
+    damaged = next((name for name, weight in weights.items() if not has_only_finite(weight)), None)
+    if damaged is not None:
+        raise ValueError(f"{folder / WEIGHTS_NAME}'s weight {damaged} holds NaN or inf: convert it again with "
+                         f"'{FETCH_COMMAND}'")
+    if tokenizer.vocab_size != config["vocab_size"]:
+        raise ValueError(f"{folder / TOKENIZER_NAME} has {tokenizer.vocab_size:,} tokens but the model "
+                         f"{config['vocab_size']:,}: the two files are not a pair; convert them again with "
+                         f"'{FETCH_COMMAND}'")
 
 
 def load(directory=None):
@@ -273,7 +309,9 @@ def load(directory=None):
         raise ValueError(f"{folder / WEIGHTS_NAME} does not fit LlamaLM ({(unexpected or missing)[0]}): convert it again "
                          f"with '{FETCH_COMMAND}'")
     model.readout.weight = model.token_embedding.weight  # tied again: assign replaced the embedding's tensor
-    return model.eval(), Tokenizer.load(folder / TOKENIZER_NAME)
+    tokenizer = Tokenizer.load(folder / TOKENIZER_NAME)
+    _check_loaded(folder, config, weights, tokenizer)
+    return model.eval(), tokenizer
 
 
 @contextlib.contextmanager

@@ -75,6 +75,11 @@ def indexer_kl(index_scores, attention_weights):
                         f"and {attention_weights.dtype}")
     length = index_scores.shape[-1]
     causal = torch.ones(length, length, dtype=torch.bool, device=index_scores.device).tril()  # (T, T)
+    if index_scores.shape[0] == 0 or length == 0:
+        raise ValueError(f"index_scores {tuple(index_scores.shape)} hold no query: the loss is an average over queries")
+    if not bool(((index_scores > -math.inf) & causal).any(dim=-1).all()):
+        raise ValueError("a query's index scores are -inf for every key it may read, so softmax(I) of its row is "
+                         "undefined: the indexer must give each query at least one finite score")
     target = attention_weights.detach().sum(dim=1)  # (B, T, T): summed over the heads
     target = target.masked_fill(~causal, 0.0)
     target = target / target.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(target.dtype).tiny)
@@ -117,7 +122,7 @@ class DSAMixer(nn.Module):
 
     def forward(self, x):
         output, _, index_scores = self.read(x)
-        if not (self.training and torch.is_grad_enabled()):
+        if not (self.training and torch.is_grad_enabled()) or x.shape[0] * x.shape[1] == 0:  # no query: no KL term
             return output
         with torch.no_grad():
             _, dense = explicit_attention(*self.heads(x), is_causal=True)  # (B, H, T, T): every earlier key

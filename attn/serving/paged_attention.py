@@ -15,9 +15,11 @@ import math
 
 import torch
 
-from attn.common.validate import require_tensor, type_name
+from attn.common.validate import require_computable, require_tensor, type_name, whole_number
+from attn.window import POSITION_CAP
 
-__all__ = ["paged_attention"]  # attend, gather_pages, chunk_attention and merge_attention: the step's parts, unchecked
+__all__ = ["paged_attention"]  # attend, gather_pages and chunk_attention: the step's parts, unchecked (merge_attention
+# checks what it is given; the runner merges its own parts through _merge_attention)
 
 NEG_INF = float("-inf")
 
@@ -58,6 +60,7 @@ def paged_attention(query, key_pages, value_pages, block_tables, lengths, query_
     says where each query sits (default lengths[s] - 1: decoding, the newest key appended before it attends).
     Returns output (S, H, C, d) and logsumexp (S, H, C)."""
     _check_paged_inputs(query, key_pages, value_pages, block_tables, lengths)
+    window, query_positions = _check_window(window, query_positions, query)
     keys, values = gather_pages(key_pages, block_tables), gather_pages(value_pages, block_tables)  # (S, H_kv, K, d)
     page_size = key_pages.shape[1]
     positions = torch.arange(keys.shape[2])  # (K,): position j of each gathered key
@@ -86,6 +89,12 @@ def merge_attention(output_a, logsumexp_a, output_b, logsumexp_b):
     """Two attentions of the same queries over two disjoint sets of keys, (S, H, C, d) and (S, H, C) each, as one:
     each output weighed by its share of the total exp(lse), which is softmax over the union of the keys.
     Returns output (S, H, C, d) and logsumexp (S, H, C)."""
+    _check_merge_inputs(output_a, logsumexp_a, output_b, logsumexp_b)
+    return _merge_attention(output_a, logsumexp_a, output_b, logsumexp_b)
+
+
+def _merge_attention(output_a, logsumexp_a, output_b, logsumexp_b):
+    """``merge_attention`` without its checks: the runner merges its own two parts at every layer of every step."""
     total = torch.logaddexp(logsumexp_a, logsumexp_b)  # (S, H, C)
     shift = torch.where(torch.isinf(total), 0.0, total)
     share_a = torch.exp(logsumexp_a - shift)[..., None]  # (S, H, C, 1): 0 where a had no key
@@ -121,3 +130,37 @@ def _check_paged_inputs(query, key_pages, value_pages, block_tables, lengths):
         raise ValueError(f"lengths must be 0 .. M * P = {block_tables.shape[1] * key_pages.shape[1]} (the pages listed)")
     if not torch.isfinite(query).all():
         raise ValueError(f"query holds NaN or inf ({type_name(query)}): every output would spread it")
+
+
+def _check_window(window, query_positions, query):
+    """window: None or a whole number >= 1 (capped past every position); query_positions: None or int64 (S, C)."""
+    if window is not None:
+        window = min(whole_number("window", window, minimum=1), POSITION_CAP)
+    if query_positions is not None:
+        require_tensor("query_positions", query_positions)
+        if query_positions.dtype != torch.int64 or query_positions.shape != query.shape[::2]:
+            raise ValueError(f"query_positions must be int64 (S, C) = {tuple(query.shape[::2])}, one position a query, "
+                             f"got {query_positions.dtype} {tuple(query_positions.shape)}")
+        if query_positions.device != query.device or (query_positions.numel() and int(query_positions.min()) < 0):
+            raise ValueError(f"query_positions must be positions 0 or more on the query's device ({query.device})")
+    return window, query_positions
+
+
+def _check_merge_inputs(output_a, logsumexp_a, output_b, logsumexp_b):
+    """Two partial results of the same queries: outputs of one shape (S, H, C, d), log-sum-exps (S, H, C) that are
+    finite or -inf (a row with no key), all of one floating dtype and device."""
+    tensors = (("output_a", output_a), ("logsumexp_a", logsumexp_a), ("output_b", output_b), ("logsumexp_b", logsumexp_b))
+    for name, tensor in tensors:
+        require_computable(name, tensor)
+        if not tensor.is_floating_point() or tensor.dtype != output_a.dtype or tensor.device != output_a.device:
+            raise TypeError(f"{name} is {tensor.dtype} on {tensor.device}; the two partial results must share one "
+                            f"floating dtype and device ({output_a.dtype} on {output_a.device})")
+    if output_a.dim() != 4 or output_b.shape != output_a.shape:
+        raise ValueError(f"output_a and output_b must be the same queries' results, one shape (S, H, C, d), got "
+                         f"{tuple(output_a.shape)} and {tuple(output_b.shape)}")
+    for name, tensor in (("logsumexp_a", logsumexp_a), ("logsumexp_b", logsumexp_b)):
+        if tensor.shape != output_a.shape[:3]:
+            raise ValueError(f"{name} must have the outputs' (S, H, C) = {tuple(output_a.shape[:3])}, got "
+                             f"{tuple(tensor.shape)}")
+        if bool(torch.isnan(tensor).any()) or bool((tensor == float("inf")).any()):
+            raise ValueError(f"{name} holds NaN or +inf; a row's log-sum-exp is finite, or -inf where it saw no key")

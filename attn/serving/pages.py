@@ -6,7 +6,8 @@ pool made once. Sequence ``s``'s position ``p`` sits in page ``block_tables[s][p
 ``p % page_size``; a sequence wastes at most one page's unused tail.
 
 Shared prefixes (vLLM's prefix cache): a full page is named by a hash of its tokens and of the page before it, so
-requests that start with the same tokens find and share those pages (a reference count per page). A page freed by
+requests that start with the same tokens find and share those pages (a reference count per page). A hash can
+collide, so a page found by name is shared only if the tokens it was written for are the request's own. A page freed by
 its last user goes back to the free list but keeps its name until it is handed out again, so a later request can
 still find it. A shared page is copied before it is written (copy-on-write): ``fork`` shares even a sequence's
 last, partly filled page, and a prompt found whole recomputes its last position, which lands in a shared page.
@@ -17,7 +18,7 @@ import collections
 import torch
 
 from attn.common.sizes import check_allocation, readable_bytes
-from attn.common.validate import positive_int, type_name, whole_count
+from attn.common.validate import positive_int, type_name, whole_count, whole_number
 
 __all__ = ["PagedKVCache"]
 
@@ -60,6 +61,7 @@ class PagedKVCache:
         self.block_tables, self.lengths, self.tokens = {}, {}, {}
         self.page_names = {}  # hash of a full page's tokens (and of the pages before) -> page id: the prefix cache
         self.name_of_page = {}  # page id -> its name, while it keeps one
+        self.prefix_of_page = {}  # page id -> every token up to its end, while it keeps a name: a hit is checked on it
         self.copies = 0  # pages copied before a write (copy-on-write)
 
     # Sequences -------------------------------------------------------------------------------------
@@ -83,6 +85,7 @@ class PagedKVCache:
         Those pages are shared with the sequences that wrote them; the caller computes the positions after them. A
         prompt found whole leaves its last position to compute (the model needs its logits): writing it copies the
         shared page first."""
+        _check_sequence_name(seq)
         if seq in self.block_tables:
             raise ValueError(f"sequence {seq!r} is already in the cache; free it first")
         tokens = _token_list(tokens)
@@ -91,8 +94,8 @@ class PagedKVCache:
         for start in range(0, len(tokens) - self.page_size + 1, self.page_size):
             name = page_name(name, tokens[start:start + self.page_size])
             page = self.page_names.get(name)
-            if page is None:
-                break
+            if page is None or self.prefix_of_page.get(page) != tuple(tokens[:start + self.page_size]):
+                break  # not cached, or a hash that collides: the tokens, not the name, decide
             self._take(page)
             self.block_tables[seq].append(page)
             self.lengths[seq] += self.page_size
@@ -104,8 +107,9 @@ class PagedKVCache:
 
     def fork(self, parent, child):
         """A new sequence ``child`` sharing every page of ``parent`` (its last one too, copied when first written)."""
+        _check_sequence_name(child)
         if parent not in self.block_tables:
-            raise ValueError(f"sequence {parent!r} is not in the cache")
+            raise ValueError(f"sequence {parent!r:.40} is not in the cache")
         if child in self.block_tables:
             raise ValueError(f"sequence {child!r} is already in the cache; free it first")
         for page in self.block_tables[parent]:
@@ -168,20 +172,37 @@ class PagedKVCache:
 
     def write(self, layer, slots, keys, values):
         """Write keys and values (T, H_kv, d) of one layer at ``slots`` (T,) from ``reserve``."""
+        layer = self._check_layer(layer)
+        self._check_slots(slots)
+        self._check_keys(keys, values, layout="(T, H_kv, d)")
+        if keys.shape[0] != slots.shape[0]:
+            raise ValueError(f"keys hold {keys.shape[0]} positions for {slots.shape[0]} slots: one slot a position")
+        self._write(layer, slots, keys, values)
+
+    def _write(self, layer, slots, keys, values):
+        """``write`` without its checks: for callers whose slots come from ``reserve`` and keys from a checked model
+        (the runner writes every layer at every step; its door checked the step once)."""
         self.key_pages[layer].view(-1, self.num_kv_heads, self.head_dim)[slots] = keys
         self.value_pages[layer].view(-1, self.num_kv_heads, self.head_dim)[slots] = values
 
     def append(self, seq, keys, values, layer=0):
         """Add keys and values (H_kv, T_new, d) after the positions of ``seq`` (started if new); returns the slots.
 
-        With several layers, call ``reserve`` once and ``write`` for each layer instead."""
+        With several layers, call ``reserve`` once and ``write`` for each layer instead. A refused call changes
+        nothing: every check (the keys, the layer, room in the pool) comes before the first page is taken."""
         self._check_keys(keys, values)
-        if seq not in self.block_tables:
-            self.add_sequence(seq)
         if self.num_layers != 1:
             raise ValueError(f"append writes one layer's keys; this pool has {self.num_layers}: use reserve and write")
+        layer = self._check_layer(0 if layer is None else layer)
+        _check_sequence_name(seq)
+        needed = self.pages_needed(seq, keys.shape[1])
+        if needed > self.num_free_pages:
+            raise ValueError(f"the pool has {self.num_free_pages} free pages and sequence {seq!r:.40} needs {needed} "
+                             "more: free a sequence (or preempt one) first")
+        if seq not in self.block_tables:
+            self.add_sequence(seq)
         slots = self.reserve(seq, keys.shape[1])
-        self.write(0 if layer is None else layer, slots, keys.transpose(0, 1), values.transpose(0, 1))
+        self._write(layer, slots, keys.transpose(0, 1), values.transpose(0, 1))  # checked above
         return slots
 
     def slots(self, seq):
@@ -195,6 +216,7 @@ class PagedKVCache:
     def read(self, seq, layer=0):
         """Keys and values (H_kv, T, d) of ``seq``, gathered page by page as a contiguous cache holds them
         (zeros at positions whose page a window freed)."""
+        layer = self._check_layer(layer)
         slots = self.slots(seq)  # (T,)
         keys = self.key_pages[layer].view(-1, self.num_kv_heads, self.head_dim)[slots.clamp(min=0)]  # (T, H_kv, d)
         values = self.value_pages[layer].view(-1, self.num_kv_heads, self.head_dim)[slots.clamp(min=0)]
@@ -203,6 +225,10 @@ class PagedKVCache:
 
     def block_table_tensor(self, seqs):
         """Block tables of ``seqs`` as one (S, max pages) int64 tensor, padded (and freed pages marked) with -1."""
+        if not isinstance(seqs, list | tuple | range):
+            raise TypeError(f"seqs must be a list of the cache's sequences, got {type_name(seqs)}")
+        for seq in seqs:
+            self._check_sequence(seq)
         tables = [[-1 if page is None else page for page in self.block_tables[seq]] for seq in seqs]
         width = max((len(table) for table in tables), default=0)
         return torch.tensor([table + [-1] * (width - len(table)) for table in tables], dtype=torch.int64).reshape(
@@ -238,6 +264,7 @@ class PagedKVCache:
         return copy
 
     def _forget_name(self, page):
+        self.prefix_of_page.pop(page, None)
         name = self.name_of_page.pop(page, None)
         if name is not None and self.page_names.get(name) == page:
             del self.page_names[name]
@@ -262,19 +289,36 @@ class PagedKVCache:
             name = page_names_of(before + words, self.page_size)[-1]
             if name not in self.page_names:
                 self.page_names[name], self.name_of_page[page] = page, name
+                self.prefix_of_page[page] = tuple(before + words)
 
     def _check_sequence(self, seq):
+        _check_sequence_name(seq)
         if seq not in self.block_tables:
             raise ValueError(f"sequence {seq!r:.40} is not in the cache; add it with add_sequence (or append) first")
 
-    def _check_keys(self, keys, values):
-        expected = (self.num_kv_heads, None, self.head_dim)
+    def _check_layer(self, layer):
+        return whole_number("layer", layer, minimum=0, maximum=self.num_layers - 1)
+
+    def _check_slots(self, slots):
+        """slots: a 1-D int64 tensor of slots in the pool, 0 .. N * P - 1 (never -1: that would write another page)."""
+        if not isinstance(slots, torch.Tensor) or slots.dtype != torch.int64 or slots.dim() != 1 \
+                or slots.layout != torch.strided or slots.device.type != "cpu":
+            raise TypeError(f"slots must be a 1-D int64 tensor on the CPU, as reserve returns them, got "
+                            f"{type_name(slots)} {getattr(slots, 'dtype', '')}")
+        last = self.num_pages * self.page_size - 1
+        if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) > last):
+            raise ValueError(f"slots must lie in the pool, 0 .. {last}; got {int(slots.min())} .. {int(slots.max())} "
+                             "(a -1 marks a freed page: nothing may be written there)")
+
+    def _check_keys(self, keys, values, layout="(H_kv, T_new, d)"):
+        heads_first = layout.startswith("(H_kv")
         for name, tensor in (("keys", keys), ("values", values)):
             if not isinstance(tensor, torch.Tensor):
-                raise TypeError(f"{name} must be a tensor (H_kv, T_new, d), got {type_name(tensor)}")
-            if tensor.dim() != 3 or tensor.shape[0] != expected[0] or tensor.shape[2] != expected[2]:
-                raise ValueError(f"{name} must have shape (H_kv, T_new, d) = ({self.num_kv_heads}, T_new, "
-                                 f"{self.head_dim}), got {tuple(tensor.shape)}")
+                raise TypeError(f"{name} must be a tensor {layout}, got {type_name(tensor)}")
+            heads = tensor.shape[0 if heads_first else 1] if tensor.dim() == 3 else None
+            if tensor.dim() != 3 or heads != self.num_kv_heads or tensor.shape[2] != self.head_dim:
+                raise ValueError(f"{name} must have shape {layout} with H_kv = {self.num_kv_heads} and d = "
+                                 f"{self.head_dim}, got {tuple(tensor.shape)}")
             if tensor.dtype != self.dtype or tensor.device.type != "cpu" or tensor.layout != torch.strided:
                 raise TypeError(f"{name} must be a dense {self.dtype} tensor on the CPU (the pool's), got {tensor.dtype} "
                                 f"on {tensor.device}")
@@ -301,6 +345,14 @@ def page_names_of(tokens, page_size):
         name = page_name(name, tokens[start:start + page_size])
         names.append(name)
     return names
+
+
+def _check_sequence_name(seq):
+    """A sequence is named by any hashable value (an int, a str, a tuple of them): it is a key of the block tables."""
+    try:
+        hash(seq)
+    except TypeError:
+        raise TypeError(f"a sequence's name must be hashable (an int or a str, say), got {type_name(seq)}") from None
 
 
 def _token_list(tokens):

@@ -12,7 +12,7 @@ import torch
 
 from attn.common.validate import type_name
 from attn.positions import apply_rotary
-from attn.serving.paged_attention import chunk_attention, merge_attention, paged_attention
+from attn.serving.paged_attention import _merge_attention, chunk_attention, paged_attention
 
 __all__ = ["check_servable"]  # forward_step: the scheduler's, which checked its arguments
 
@@ -100,7 +100,7 @@ class _LayerStep:
         cached = paged_attention(q, self.cache.key_pages[self.index], self.cache.value_pages[self.index],
                                  self.block_tables, self.context)  # over positions < start: (S, H, C, d), (S, H, C)
         own = chunk_attention(q, k, v, self.lengths)  # over the chunk itself, causal
-        heads, _ = merge_attention(*cached, *own)  # (S, H, C, d)
+        heads, _ = _merge_attention(*cached, *own)  # (S, H, C, d): parts made here, merged without a check
         new_keys = k.transpose(1, 2)[real]  # (sum of lengths, H_kv, d)
-        self.cache.write(self.index, written, new_keys, v.transpose(1, 2)[real])
+        self.cache._write(self.index, written, new_keys, v.transpose(1, 2)[real])  # slots from reserve
         return layer.out_proj(heads.transpose(1, 2).reshape(batch, width, layer.num_heads * layer.head_dim))

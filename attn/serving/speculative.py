@@ -74,7 +74,7 @@ class ModelDraft:
         self.cached = self.cached[:common]
         fed, guesses, rows = tokens[common:], [], []
         for _ in range(count):
-            logits = self.model(torch.tensor([fed]), self.caches)[0, -1].double()  # (V,)
+            logits = _finite_logits("the draft", self.model(torch.tensor([fed]), self.caches)[0, -1].double())  # (V,)
             self.cached += fed
             guess, probabilities = _choose(logits, temperature, generator)
             guesses.append(guess)
@@ -132,7 +132,7 @@ def speculative_generate(model, draft, prompt, max_new_tokens, draft_tokens=4, t
         room = max_new_tokens - (len(tokens) - prompt_length) - 1  # guesses that may still be used
         guesses, draft_probabilities = draft.propose(tokens, min(draft_tokens, room), temperature, generator)
         guesses = list(guesses)[:min(draft_tokens, room)]
-        logits = model(torch.tensor([tokens[-1:] + guesses]), caches)[0].double()  # (1 + k, V): one pass
+        logits = _finite_logits("the model", model(torch.tensor([tokens[-1:] + guesses]), caches)[0].double())  # (1 + k, V)
         kept = accept(logits, guesses, draft_probabilities, temperature, generator)
         tokens += kept
         keep_first(caches, len(tokens) - 1)  # the rejected guesses' keys leave the cache
@@ -152,7 +152,7 @@ def accept(logits, guesses, draft_probabilities, temperature, generator=None):
         while kept < len(guesses) and guesses[kept] == choices[kept]:
             kept += 1
         return guesses[:kept] + [choices[kept]]
-    target = torch.softmax(logits / temperature, dim=-1)  # (k + 1, V): p
+    target = _probabilities(logits, temperature)  # (k + 1, V): p
     for index, guess in enumerate(guesses):
         p = target[index]
         q = torch.zeros_like(p)
@@ -182,8 +182,21 @@ def _choose(logits, temperature, generator):
     """The draft's token from logits (V,) and its probabilities (None when greedy)."""
     if temperature == 0:
         return int(logits.argmax()), None
-    probabilities = torch.softmax(logits / temperature, dim=-1)
+    probabilities = _probabilities(logits, temperature)
     return int(torch.multinomial(probabilities, 1, generator=generator)), probabilities
+
+
+def _probabilities(logits, temperature):
+    """softmax(logits / temperature) over the last axis, the largest logit subtracted first: a temperature so small
+    that a logit divided by it overflows (5e-324, say) gives the greedy one-hot row, not NaN."""
+    return torch.softmax((logits - logits.max(dim=-1, keepdim=True).values) / temperature, dim=-1)
+
+
+def _finite_logits(who, logits):
+    """``logits`` if they hold no NaN or inf (one check of V numbers a row), else a sentence naming ``who``."""
+    if not torch.isfinite(logits).all():
+        raise ValueError(f"{who}'s logits hold NaN or inf, so no token can be chosen from them: are its weights finite?")
+    return logits
 
 
 def _common_prefix(a, b):

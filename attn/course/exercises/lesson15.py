@@ -67,13 +67,16 @@ def _write_calls():
     generator = np.random.default_rng(15)
     square = generator.normal(size=(2, 2))  # not symmetric: S k and S^T k differ
     larger = generator.normal(size=(3, 3))
+    # each call its own copy of the state: a right function that updates the state in place changes no later call
     return [
         ("on an empty 2 x 2 state with beta = 1", (np.zeros((2, 2)), np.array([1.0, 0.0]), np.array([2.0, -1.0]), 1.0)),
-        ("on a full 2 x 2 state with beta = 1", (square, np.array([0.6, 0.8]), np.array([1.0, 3.0]), 1.0)),
-        ("on a full 3 x 3 state with beta = 0.5", (larger, np.array([0.0, 0.6, 0.8]), np.array([-2.0, 0.5, 1.0]), 0.5)),
-        ("on a full 2 x 2 state, a key of length 2, beta = 0.5", (square, np.array([1.2, 1.6]), np.array([0.5, -1.0]), 0.5)),
-        ("on a full 3 x 3 state, a key of length 0.5, beta = 2", (larger, np.array([0.3, 0.0, 0.4]), np.array([1.0, 2.0, -1.0]),
-                                                                 2.0)),
+        ("on a full 2 x 2 state with beta = 1", (square.copy(), np.array([0.6, 0.8]), np.array([1.0, 3.0]), 1.0)),
+        ("on a full 3 x 3 state with beta = 0.5", (larger.copy(), np.array([0.0, 0.6, 0.8]), np.array([-2.0, 0.5, 1.0]),
+                                                   0.5)),
+        ("on a full 2 x 2 state, a key of length 2, beta = 0.5", (square.copy(), np.array([1.2, 1.6]),
+                                                                  np.array([0.5, -1.0]), 0.5)),
+        ("on a full 3 x 3 state, a key of length 0.5, beta = 2", (larger.copy(), np.array([0.3, 0.0, 0.4]),
+                                                                 np.array([1.0, 2.0, -1.0]), 2.0)),
     ]
 
 

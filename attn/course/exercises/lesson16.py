@@ -1,7 +1,9 @@
 """Lesson 16's exercises: one Q4_1 block by hand, a grouped-query cache's size, where StreamingLLM puts the
 sinks, and bits per character from nats per token.
 
-The checks never show the expected values: they name the mistake, or say which entry is wrong and which way.
+The checks never show the expected values, nor a factor or a difference that would give them away: they name the
+mistake, or say which entry is wrong and which way (``direction_only``, as lessons 17-20's checks do). Numbers are
+judged at the course's tolerance (1e-5 of the value): a value rounded as a printout shows it is called rounded.
 """
 
 import math
@@ -9,7 +11,8 @@ import math
 import numpy as np
 
 from attn.course.exercises.answers import Array, Number
-from attn.course.exercises.judging import compare_without_answer, matches
+from attn.course.exercises.directions import direction_only
+from attn.course.exercises.judging import compare, matches
 from attn.course.exercises.registry import exercise
 
 # Exercise 16.1: one Q4_1 block, 20 bytes: float16 scale d, float16 minimum m, then 16 bytes of two 4-bit codes.
@@ -60,7 +63,7 @@ def _q4_1_block(weights, expected):
     ):
         if matches(weights, mistake, atol=1e-6):
             return hint + "."
-    return compare_without_answer(weights, expected, "your weights", atol=1e-6)
+    return compare(weights, expected, "your weights", atol=1e-6)
 
 
 def _cache_mib(heads=KV_HEADS, tensors=2, bytes_per_number=BYTES, layers=LAYERS):
@@ -75,6 +78,10 @@ def _cache_mib(heads=KV_HEADS, tensors=2, bytes_per_number=BYTES, layers=LAYERS)
             "a third of what 15 key/value heads would need.",
 )
 def _grouped_cache(size, expected):
+    if size.shape != ():
+        return "give one number: the cache's size in MiB."
+    if compare(size, expected, "your size in MiB") is None:
+        return None
     for mistake, hint in (
         (_cache_mib(heads=QUERY_HEADS), "that counts a key and a value for each of the 15 query heads (multi-head "
                                         "attention); here 5 key/value heads are shared, three query heads each"),
@@ -88,7 +95,7 @@ def _grouped_cache(size, expected):
         return "that is the size in bytes; divide by 2**20 for MiB."
     if matches(size, expected * 2**20 / 1e6, atol=1e-3):
         return "that is in MB (10**6 bytes); a MiB is 2**20 bytes."
-    return compare_without_answer(size, expected, "your size in MiB", atol=1e-3)
+    return direction_only(size, expected, "your size in MiB")
 
 
 def _sink_distances(query_place=SINKS + WINDOW - 1, absolute=False):
@@ -117,7 +124,7 @@ def _streaming_distances(distances, expected):
     ):
         if matches(distances, mistake):
             return hint + "."
-    return compare_without_answer(distances, expected, "your distances")
+    return compare(distances, expected, "your distances")
 
 
 def _bits_per_character(log_base=2.0, per="character"):
@@ -136,6 +143,10 @@ def _bits_per_character(log_base=2.0, per="character"):
     success="1,200 tokens at 2.9 nats are 3,480 nats; over 5,000 characters, 0.696 nats or about 1.004 bits each.",
 )
 def _bits(value, expected):
+    if value.shape != ():
+        return "give one number: the text's bits per character."
+    if compare(value, expected, "your bits per character") is None:
+        return None
     for mistake, hint in (
         (_bits_per_character(log_base=math.e), "that is nats per character; a bit is ln 2 = 0.693 nats, so divide "
                                                "by ln 2"),
@@ -147,4 +158,4 @@ def _bits(value, expected):
     ):
         if matches(value, mistake, atol=1e-3):
             return hint + "."
-    return compare_without_answer(value, expected, "your bits per character", atol=1e-3)
+    return direction_only(value, expected, "your bits per character")

@@ -60,7 +60,7 @@ def finite(value):
 
 def write(result, out):
     """Write ``result`` as JSON to ``out`` through a temporary file renamed into place (never half a file)."""
-    write_text(out, json.dumps(finite(result), indent=1, allow_nan=False))
+    write_text(out, json.dumps(finite(result), indent=1, allow_nan=False), follow_link=True)  # the learner's --out
 
 
 def run_suite(device, sizes, command, out, dry_run, log=print):

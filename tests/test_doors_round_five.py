@@ -15,24 +15,23 @@ import torch
 
 from attn.common import destinations
 from attn.course.exercises import verdict
+from attn.data import corpus
 from attn.data.tokenizer import bpe_merges, train_tokenizer
 from attn.distributed import causal_work, ring_attention, shard, shard_positions, spawn
-from attn.lm import AustenLM
-from attn.models import (
-    corpus,
-    lm_heads,
-    lm_training,
+from attn.experiments import (
+    austen_heads,
     long_context,
     position_runs,
-    pretrained,
-    pretrained_length,
-    pretrained_reading,
-    pretrained_sparse,
+    smollm2_length,
+    smollm2_reading,
+    smollm2_sparse,
     sparse_runs,
     topk_reading,
     window_induction,
     window_runs,
 )
+from attn.lm import AustenLM
+from attn.models import lm_training, pretrained
 from attn.models.decoder import generate
 from attn.models.llama import LlamaLM
 from attn.models.sparse_mixers import DSAMixer, indexer_kl
@@ -369,7 +368,7 @@ def test_the_smollm2_commands_say_a_damaged_file_in_a_sentence(tmp_path, capsys,
     (damaged / pretrained.WEIGHTS_NAME).write_bytes(b"not a PyTorch file")
     (damaged / pretrained.TOKENIZER_NAME).write_text("{}")
     monkeypatch.setattr(pretrained, "FOLDER", damaged)
-    for module in (pretrained_length, pretrained_sparse, pretrained_reading):
+    for module in (smollm2_length, smollm2_sparse, smollm2_reading):
         line = exit_sentence(capsys, module.main, ["--out", str(tmp_path / "out")])
         assert "cannot be read as the converted model" in line, (module.__name__, line)
 
@@ -504,9 +503,9 @@ def test_part_3s_measures_check_devices_vocabularies_lengths_and_log_sum_exps():
         window_keep_mask(torch.arange(4), torch.arange(4, device="meta"), 2)
     model = AustenLM(40, 32, 16, 2, 2)
     with pytest.raises(ValueError, match="targets must be token ids 0 .. 39"):
-        lm_heads.window_losses(model, torch.zeros(1, 4, dtype=torch.long), torch.full((1, 4), 40))
+        austen_heads.window_losses(model, torch.zeros(1, 4, dtype=torch.long), torch.full((1, 4), 40))
     with pytest.raises(TypeError, match="passage_length must be a whole number"):
-        lm_heads.copy_scores(torch.rand(1, 1, 2, 4, 4), 2.0)
+        austen_heads.copy_scores(torch.rand(1, 1, 2, 4, 4), 2.0)
     output = torch.randn(1, 2, 3, 4)
     with pytest.raises(ValueError, match="logsumexp holds NaN or \\+inf"):
         sink_rescale(output, torch.tensor([[[0.0, math.nan, 0.0], [0.0, 0.0, 0.0]]]), torch.zeros(2))
@@ -529,13 +528,13 @@ def test_the_heads_command_says_junk_weights_and_a_short_corpus_in_a_sentence(tm
     (model / "austen_lm.pt").write_bytes(b"junk")
     train_tokenizer(["a few words"], 256).save(model / "austen_tokenizer.json")
     argv = ["--model", str(model), "--corpus", str(novels)]
-    assert "is not a weights file" in exit_sentence(capsys, lm_heads.main, argv)
+    assert "is not a weights file" in exit_sentence(capsys, austen_heads.main, argv)
     torch.manual_seed(0)
     tiny = AustenLM(300, 16, 16, 2, 1)
     config = {"vocab_size": 300, "context_length": 16, "embed_dim": 16, "num_heads": 2, "num_layers": 1, "dropout": 0.0}
     weights = {name: tensor for name, tensor in tiny.state_dict().items() if name != "readout.weight"}
     torch.save({"config": config, "weights": weights}, model / "austen_lm.pt")
-    assert "these measures need at least" in exit_sentence(capsys, lm_heads.main, argv)
+    assert "these measures need at least" in exit_sentence(capsys, austen_heads.main, argv)
 
 
 def test_exercise_15_2_takes_a_right_function_that_writes_the_state_in_place():

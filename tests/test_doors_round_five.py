@@ -527,7 +527,7 @@ def test_the_heads_command_says_junk_weights_and_a_short_corpus_in_a_sentence(tm
     model.mkdir()
     (model / "austen_lm.pt").write_bytes(b"junk")
     train_tokenizer(["a few words"], 256).save(model / "austen_tokenizer.json")
-    argv = ["--model", str(model), "--corpus", str(novels)]
+    argv = ["--out", str(tmp_path / "out"), "--model", str(model), "--corpus", str(novels)]
     assert "is not a weights file" in exit_sentence(capsys, austen_heads.main, argv)
     torch.manual_seed(0)
     tiny = AustenLM(300, 16, 16, 2, 1)

@@ -87,6 +87,8 @@ EXEMPT = {
     "attn.models.pretrained_length, swept); it checks size, out and progress before loading anything",
     "attn.models.pretrained_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "
     "attn.models.pretrained_sparse, swept); it checks size, out and progress before loading anything",
+    "attn.models.decode_speed.run": "times SmolLM2 and transformers decoding for minutes (python -m "
+    "attn.models.decode_speed, swept); it checks size, out and progress before loading anything",
     "attn.models.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m attn.models.position_runs, swept)",
     "attn.models.sparse_runs.run_all": "trains lesson 18's side-by-side runs (python -m attn.models.sparse_runs, swept)",
     "attn.models.sparse_runs.recall_run": "trains one of lesson 18's recall runs (python -m attn.models.sparse_runs, swept)",
@@ -96,6 +98,8 @@ EXEMPT = {
     # the learner's input (swept, and fuzzed in test_gguf.py); tensor_bytes refuses a record not the file's own.
     "attn.gguf.Header": "a record (NamedTuple) of a checked GGUF file's header, built by read_header (swept, fuzzed)",
     "attn.gguf.TensorInfo": "a record (NamedTuple) of one tensor's row in a checked GGUF table, built by read_header",
+    "attn.positions.RotaryAngles": "a record (NamedTuple) of checked rotary angles, built by rotary_angles (swept); "
+    "rotate checks that it is one",
 }
 SAMPLES = 3  # hostile values tried per parameter, taken in turn from its kind's table so that every value is used
 WARM_UP_SECONDS = 30.0  # the first call of a door may import libraries or build its data once

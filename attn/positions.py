@@ -203,8 +203,10 @@ def apply_rotary(x, positions=None, base=10000.0, scaling=None, rotary_fraction=
 
 
 class RotaryAngles(NamedTuple):
-    """What ``rotate`` turns by: cos and sin (..., T, r / 2) of each position's angle for each of the r / 2 pairs
-    turned, and the factor the turned features are multiplied by (YaRN's temperature, 1.0 otherwise)."""
+    """What ``rotate`` turns by, for T positions and the r / 2 pairs turned: cos (..., T, r / 2, 2) holds each
+    angle's cos twice, sin (..., T, r / 2, 2) its -sin and +sin, so that a pair (a, b) turns to
+    (a, b) * cos + (b, a) * sin = (a cos - b sin, b cos + a sin); factor: what the turned features are multiplied
+    by (YaRN's temperature, 1.0 otherwise)."""
 
     cos: Any
     sin: Any
@@ -212,7 +214,7 @@ class RotaryAngles(NamedTuple):
 
 
 def rotary_angles(positions, dim, base=10000.0, scaling=None, rotary_fraction=1.0, dtype=None):
-    """The angles apply_rotary turns features at ``positions`` by: a RotaryAngles of cos and sin (..., T, r / 2).
+    """The angles apply_rotary turns features at ``positions`` by: a RotaryAngles of cos and sin (..., T, r / 2, 2).
 
     positions: an integer or real tensor (T,) (or with leading axes), on the device of the features to turn; dim: the
     features d of one head (even); base, scaling, rotary_fraction: as for ``apply_rotary``, r = d * rotary_fraction.
@@ -241,6 +243,8 @@ def rotary_angles(positions, dim, base=10000.0, scaling=None, rotary_fraction=1.
 
 def _angles(positions, dim, base, scaling, rotary_fraction, compute):
     """``rotary_angles`` after its checks (apply_rotary has made them)."""
+    import torch
+
     from attn.common.layer_checks import check_rotary_angles
 
     rotated = rotated_features(dim, rotary_fraction)  # r: the first r features turn
@@ -248,7 +252,8 @@ def _angles(positions, dim, base, scaling, rotary_fraction, compute):
     angles = positions.to(compute)[..., None] * frequencies  # (..., T, r / 2)
     check_rotary_angles(angles, base)
     factor = yarn_attention_factor(scaling) if scaling is not None else 1.0
-    return RotaryAngles(angles.cos(), angles.sin(), factor)
+    cos, sin = angles.cos(), angles.sin()
+    return RotaryAngles(torch.stack((cos, cos), dim=-1), torch.stack((-sin, sin), dim=-1), factor)
 
 
 def rotate(x, angles):
@@ -273,17 +278,18 @@ def check_rotate_arguments(x, angles):
         got = f"{x.dtype} of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
         raise TypeError(f"x must be a floating-point tensor (..., T, d), got {got}")
     cos = angles.cos
-    if cos.dim() < 2 or cos.shape[-2] != x.shape[-2] or 2 * cos.shape[-1] > x.shape[-1] or cos.device != x.device:
-        raise ValueError(f"angles for {cos.shape[-2] if cos.dim() > 1 else '?'} positions and {cos.shape[-1]} pairs "
-                         f"on {cos.device} cannot turn x of shape {tuple(x.shape)} on {x.device}: make them with "
-                         "rotary_angles for x's positions, head size and device")
+    if cos.dim() < 3 or cos.shape[-3] != x.shape[-2] or 2 * cos.shape[-2] > x.shape[-1] or cos.device != x.device:
+        raise ValueError(f"angles for {cos.shape[-3] if cos.dim() > 2 else '?'} positions and "
+                         f"{cos.shape[-2] if cos.dim() > 1 else '?'} pairs on {cos.device} cannot turn x of shape "
+                         f"{tuple(x.shape)} on {x.device}: make them with rotary_angles for x's positions, head size "
+                         "and device")
 
 
 def _rotate(x, angles):
     """``rotate`` without its checks."""
     import torch
 
-    rotated = 2 * angles.cos.shape[-1]  # r
+    rotated = 2 * angles.cos.shape[-2]  # r
     turned = _turn_pairs(x[..., :rotated].to(angles.cos.dtype), angles.cos, angles.sin)  # (..., T, r)
     turned = turned * angles.factor if angles.factor != 1.0 else turned  # YaRN's temperature, on queries and keys alike
     if rotated == x.shape[-1]:
@@ -307,9 +313,7 @@ def _frequencies(dim, base, scaling, positions, compute):
 
 
 def _turn_pairs(x, cos, sin):
-    """Pair i of x (..., T, r) turned by the angle whose cos and sin (..., T, r / 2) are given: (..., T, r)."""
-    import torch
-
-    pairs = x.unflatten(-1, (x.shape[-1] // 2, 2))  # (..., T, r / 2, 2)
-    even, odd = pairs[..., 0], pairs[..., 1]
-    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)  # (..., T, r)
+    """Pair i of x (..., T, r) turned by the angle whose cos and signed sin (..., T, r / 2, 2) are given (see
+    RotaryAngles): (a, b) * cos + (b, a) * sin, which is (a cos - b sin, b cos + a sin). Returns (..., T, r)."""
+    pairs = x.unflatten(-1, (x.shape[-1] // 2, 2))  # (..., T, r / 2, 2): (a, b)
+    return (pairs * cos + pairs.flip(-1) * sin).flatten(-2)  # (..., T, r)

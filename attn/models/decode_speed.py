@@ -226,8 +226,9 @@ def _threads_record(runs, reads, passes, new_tokens):
 
 @torch.no_grad()
 def _profile_step(model, prompt, checked):
-    """One decoding step after ``prompt``, profiled: operator calls (all, and those of PROFILED) and the five
-    operators with the most time of their own (ms), on lesson 16's path (``checked``) or the door's."""
+    """One decoding step after ``prompt``, profiled: operator calls (all, and those of PROFILED), the operators' time
+    (ms, each counted once) and the five with the most time of their own, on lesson 16's path (``checked``) or the
+    door's."""
     from torch.profiler import ProfilerActivity, profile
 
     model.check_every_block = checked
@@ -245,6 +246,7 @@ def _profile_step(model, prompt, checked):
     top = sorted(events, key=lambda event: event.self_cpu_time_total, reverse=True)[:5]
     return {"operator_calls": sum(event.count for event in events),
             "calls": {name: sum(event.count for event in events if event.key == name) for name in PROFILED},
+            "total_ms": round(sum(event.self_cpu_time_total for event in events) / 1e3, 2),
             "self_ms": {event.key: round(event.self_cpu_time_total / 1e3, 2) for event in top}}
 
 

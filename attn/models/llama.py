@@ -214,7 +214,7 @@ class LlamaLM(nn.Module):
                 raise ValueError(f"caches[{index}] holds NaN or inf keys or values, which attention would spread to "
                                  "every later token; start again from model.new_caches()")
         try:
-            self._forward_checked(tokens, caches, None, None, last_only=False)  # raises the sentence of a block
+            self._forward_checked(tokens, caches, None, None, last_only=True)  # raises the sentence of a block
         finally:
             _restore(caches, before)
         raise ValueError(problem)
@@ -363,13 +363,13 @@ def _check_weights_size(shape, dtype, device):
 def _output_problem(x, logits):
     """What is wrong with the fast path's output, or None: the final norm's input x (B, T, E) large enough that
     RMSNorm's squares overflow (it would give zeros), or logits (B, T, V) that hold NaN or inf."""
+    if not has_only_finite(logits):
+        return (f"the logits hold NaN or inf although the weights, the caches and every block's input are finite: "
+                f"the last block or the readout overflowed {logits.dtype}; use float64")
     compute = torch.promote_types(x.dtype, torch.float32)  # what RMSNorm squares in
     if x.numel() and largest_magnitude(x) ** 2 > torch.finfo(compute).max:
         return (f"the final norm's input is finite, but RMSNorm would overflow squaring it: the largest |x| is "
                 f"{largest_magnitude(x):.3g}, whose square passes {compute}'s largest number; use float64")
-    if not has_only_finite(logits):
-        return (f"the logits hold NaN or inf although the weights, the caches and every block's input are finite: "
-                f"the readout overflowed {logits.dtype}; use float64")
     return None
 
 

@@ -22,14 +22,7 @@ from torch import nn
 
 from attn.common.layer_checks import check_parameters, check_rotary_base, check_sequence, largest_magnitude
 from attn.common.sizes import check_allocation, readable_bytes
-from attn.common.validate import (
-    has_only_finite,
-    positive_int,
-    positive_number,
-    require_finite,
-    require_tensor,
-    type_name,
-)
+from attn.common.validate import has_only_finite, positive_int, positive_number, require_finite, require_tensor, type_name
 from attn.kvcache import KVCache
 from attn.models.decoder import check_decoder_call
 from attn.models.lm import MAX_LENGTH
@@ -193,8 +186,7 @@ class LlamaLM(nn.Module):
         return rotary_angles(positions, attention.head_dim, *_rotary_settings(attention), dtype=compute)
 
     def _check_caches_fit(self, tokens, caches):
-        """Every cache must take this call's keys (its batch size, heads, head size, dtype and device), checked before
-        any block appends to one, so that a refused call leaves every cache as it was."""
+        """Every cache must fit this call's keys, checked before any block appends: a refusal leaves them as they were."""
         attention, parameter = self.blocks[0].attention, self.token_embedding.weight
         for cache in caches or []:
             cache.check_fits(tokens.shape[0], attention.num_kv_heads, attention.head_dim, parameter.dtype, parameter.device)

@@ -19,7 +19,7 @@ from attn.common.layer_checks import (
 from attn.common.rope_checks import check_rope_scaling, check_rotary_options
 from attn.common.validate import positive_int, require_tensor
 from attn.masks import add_causal, build_keep_mask, check_keep_mask, open_empty_rows
-from attn.positions import apply_rotary
+from attn.positions import _rotate, apply_rotary
 from attn.ring_cache import RingKVCache
 from attn.streaming import check_sink_positions, streaming_attention
 from attn.window import check_window_arguments, check_window_call, layer_keep_mask, sink_attention
@@ -102,7 +102,8 @@ def fused_attention(query, key, value, keep_mask=None, dropout_p=0.0, is_causal=
     otherwise its math backend, which does (on a CPU, for example, with dropout in training mode).
 
     With ``is_causal``, T_q == T_k and no keep_mask, PyTorch's own causal flag is used, so the fastest
-    kernels can run; in every other case the end-aligned causal mask is built and combined with keep_mask.
+    kernels can run; with one query (a decoding step) no mask is needed, since the last position sees every key;
+    in every other case the end-aligned causal mask is built and combined with keep_mask.
     """
     check_attention_inputs(query, key, value, dropout_p, is_causal, fused=True)
     check_keep_mask(keep_mask, (*query.shape[:3], key.shape[2]), query.device)
@@ -116,6 +117,8 @@ def _fused_attention(query, key, value, keep_mask, dropout_p, is_causal):
     t_q, t_k = query.shape[2], key.shape[2]
     if is_causal and keep_mask is None and t_q == t_k:
         return functional.scaled_dot_product_attention(query, key, value, is_causal=True, **options)
+    if is_causal and keep_mask is None and t_q == 1:  # one query after the keys (a decoding step): it sees them all
+        return functional.scaled_dot_product_attention(query, key, value, **options)
     keep_mask = add_causal(keep_mask, is_causal, t_q, t_k, query.device)
     if keep_mask is None:
         return functional.scaled_dot_product_attention(query, key, value, **options)
@@ -294,6 +297,33 @@ class MultiHeadAttention(nn.Module):
             torch.arange(q.shape[2], device=q.device) + cached)  # (T_q,)
         turn = {"base": self.rotary_base, "scaling": self.rotary_scaling, "rotary_fraction": self.rotary_fraction}
         return apply_rotary(q, query_positions, **turn), apply_rotary(k, key_positions, **turn)
+
+    def _runs_plain(self):
+        """True when ``_self_attend`` computes what forward computes: no window, learned sinks or dropout in use,
+        and no hook but the layer's own two (_self_attend is not a call of the module, so hooks would not run; the
+        model checks its output once at its door instead of each layer's)."""
+        hooks = list(self._forward_pre_hooks.values()) + list(self._forward_hooks.values())
+        dropping = self.training and self.dropout > 0
+        return self.window is None and self.sink_logits is None and not dropping and hooks == [_weights_fit, _output_finite]
+
+    def _self_attend(self, x, angles, cache):
+        """forward(x, x, x, is_causal=True, cache=cache) for a model that checked its input at its door (lesson 19):
+        the same arithmetic without forward's checks, for a layer that ``_runs_plain``. x (B, T, E) -> (B, T, E).
+
+        angles: the rotary angles of this call's T positions (attn.positions.rotary_angles), made once by the model
+        for all its layers, or None without rotary positions. cache: an attn.KVCache or None.
+        """
+        q = _split_heads(self.query_proj(x), self.num_heads)  # (B, H, T, d)
+        k = _split_heads(self.key_proj(x), self.num_kv_heads)  # (B, H_kv, T, d)
+        v = _split_heads(self.value_proj(x), self.num_kv_heads)
+        if angles is not None:
+            q, k = _rotate(q, angles), _rotate(k, angles)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H_kv, T_k, d): cached, then new
+        heads = _fused_attention(q, k, v, None, 0.0, True)  # (B, H, T, d)
+        if hasattr(cache, "observe"):  # lesson 21: an evicting cache reads q
+            cache.observe(q)
+        return self.out_proj(_merge_heads(heads))  # (B, T, E)
 
     def set_rotary_scaling(self, scaling):
         """Read a trained layer at another length (lesson 17): the rotary scaling from now on (None: none); returns self."""

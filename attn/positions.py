@@ -12,6 +12,7 @@ temperature; ``apply_rotary`` takes the scaling and a ``rotary_fraction`` (parti
 
 import math
 import numbers
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -78,11 +79,7 @@ def rotary_frequencies(dim, base=10000.0, scaling=None, length=None):
         check_ntk_dim(dim, rope_type)
         trained = scaling["original_max_position_embeddings"]
         read = max(trained if length is None else length, trained)  # n: no change up to the trained length
-        factor = scaling["factor"]
-        grown = factor * read / trained - (factor - 1)  # transformers' formula, kept for its exact rounding
-        if factor > 2**52:  # there s - 1 rounds to s, and s n / L - (s - 1) loses its 1: the same number, written safely
-            grown = 1 + factor * (read - trained) / trained
-        base = ntk_aware_base(dim, base, grown)
+        base = ntk_aware_base(dim, base, scaling["factor"] * read / trained - (scaling["factor"] - 1))
     plain = np.float64(base) ** (-np.arange(0, dim, 2) / dim)  # (dim / 2,): base^(-2i / dim)
     if rope_type == "linear":
         plain = plain / scaling["factor"]  # every pair turns s times slower: positions p / s
@@ -191,34 +188,123 @@ def apply_rotary(x, positions=None, base=10000.0, scaling=None, rotary_fraction=
     the frequencies, and YaRN multiplies the rotated features by ``yarn_attention_factor``; ``rotary_fraction``
     rotates only the first d * rotary_fraction features (whole pairs) and passes the rest through unchanged.
     With 'dynamic' and a KV cache, keys cached earlier keep the frequencies of the length read then (as in transformers).
+    Lesson 19: the work splits in two, ``rotary_angles`` (the cos and sin of every angle, which depend on the positions
+    only) and ``rotate`` (turning x by them), so that a model can build the angles once per call for all its layers.
     """
     import torch  # here, not at the top: the NumPy lessons import this module without PyTorch
 
-    from attn.common.layer_checks import check_rotary_angles, check_rotary_arguments, largest_magnitude
+    from attn.common.layer_checks import check_rotary_arguments, largest_magnitude
     from attn.common.validate import has_only_finite
 
     check_rotary_arguments(x, positions, base)
-    length, dim = x.shape[-2], x.shape[-1]
-    rotated = rotated_features(dim, rotary_fraction)  # r: the first r features turn
-    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
     if positions is None:
-        positions = torch.arange(length, device=x.device)
-    frequencies = _frequencies(rotated, base, scaling, positions, compute)  # (r / 2,)
-    angles = positions.to(compute)[..., None] * frequencies  # (..., T, r / 2)
-    check_rotary_angles(angles, base)
-    turned = _turn_pairs(x[..., :rotated].to(compute), angles.cos(), angles.sin())  # (..., T, r)
-    factor = yarn_attention_factor(scaling) if scaling is not None else 1.0
-    turned = (turned * factor if factor != 1.0 else turned).to(x.dtype)  # YaRN's temperature, on queries and keys
+        positions = torch.arange(x.shape[-2], device=x.device)
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    angles = _angles(positions, x.shape[-1], base, scaling, rotary_fraction, compute)
+    turned = _rotate(x, angles)
     # The door's one check of the result, where it can overflow: a YaRN factor, or float16 (a turned pair can be
     # sqrt(2) times longer than its largest feature, past 65,504).
-    if (factor != 1.0 or x.dtype == torch.float16) and not has_only_finite(turned):
-        times = f" times YaRN's attention factor {factor:.3g}" if factor != 1.0 else ""
+    if (angles.factor != 1.0 or x.dtype == torch.float16) and not has_only_finite(turned):
+        times = f" times YaRN's attention factor {angles.factor:.3g}" if angles.factor != 1.0 else ""
         raise ValueError(f"x is finite, but rotating it{times} overflows {x.dtype}: the largest |x| is "
                          f"{largest_magnitude(x):.3g}; scale x down{', use a smaller attention_factor' if times else ''} "
                          "or use a wider dtype")
-    if rotated == dim:
-        return turned
-    return torch.cat([turned, x[..., rotated:]], dim=-1)  # (..., T, d): the rest passes through
+    return turned
+
+
+class RotaryAngles(NamedTuple):
+    """What ``rotate`` turns by, for T positions and the r / 2 pairs turned: cos (..., T, r / 2, 2) holds each
+    angle's cos twice, sin (..., T, r / 2, 2) its -sin and +sin, so that a pair (a, b) turns to
+    (a, b) * cos + (b, a) * sin = (a cos - b sin, b cos + a sin); factor: what the turned features are multiplied
+    by (YaRN's temperature, 1.0 otherwise)."""
+
+    cos: Any
+    sin: Any
+    factor: float
+
+
+def rotary_angles(positions, dim, base=10000.0, scaling=None, rotary_fraction=1.0, dtype=None):
+    """The angles apply_rotary turns features at ``positions`` by: a RotaryAngles of cos and sin (..., T, r / 2, 2).
+
+    positions: an integer or real tensor (T,) (or with leading axes), on the device of the features to turn; dim: the
+    features d of one head (even); base, scaling, rotary_fraction: as for ``apply_rotary``, r = d * rotary_fraction.
+    dtype: what the angles are computed in, float32 (the default) or float64 (for float64 features). Built once,
+    they turn every layer's queries and keys at these positions (``rotate``): what lesson 19's model does.
+    """
+    import torch
+
+    from attn.common.validate import require_computable
+
+    dim, base = rotary_dim(dim), real_number("base", base)
+    dtype = torch.float32 if dtype is None else dtype
+    if not isinstance(dtype, torch.dtype) or dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64 (what the angles are computed in), got {dtype!r:.60}")
+    require_computable("positions", positions)
+    if positions.dim() == 0 or positions.dtype == torch.bool or positions.dtype.is_complex:
+        raise TypeError(f"positions must be a tensor (T,) of integers or real numbers, got {positions.dtype} of shape "
+                        f"{tuple(positions.shape)}")
+    if positions.is_floating_point() and not torch.isfinite(positions).all():
+        raise ValueError("positions contains NaN or inf")
+    check_allocation(f"rotary_angles for {positions.numel():,} positions and dim={dim}",  # angles, cos and sin
+                     3 * (positions.numel() + 1) * (dim // 2) * dtype.itemsize, positions.device,
+                     advice=f"use a smaller {'dim' if dim > positions.numel() else 'number of positions'}")
+    return _angles(positions, dim, base, scaling, rotary_fraction, dtype)
+
+
+def _angles(positions, dim, base, scaling, rotary_fraction, compute):
+    """``rotary_angles`` after its checks (apply_rotary has made them)."""
+    import torch
+
+    from attn.common.layer_checks import check_rotary_angles
+
+    rotated = rotated_features(dim, rotary_fraction)  # r: the first r features turn
+    frequencies = _frequencies(rotated, base, scaling, positions, compute)  # (r / 2,)
+    angles = positions.to(compute)[..., None] * frequencies  # (..., T, r / 2)
+    check_rotary_angles(angles, base)
+    factor = yarn_attention_factor(scaling) if scaling is not None else 1.0
+    cos, sin = angles.cos(), angles.sin()
+    return RotaryAngles(torch.stack((cos, cos), dim=-1), torch.stack((-sin, sin), dim=-1), factor)
+
+
+def rotate(x, angles):
+    """``x`` (..., T, d) turned by ``angles`` (a RotaryAngles for its T positions, from ``rotary_angles``): the
+    first r features pair by pair, computed in the angles' dtype, the rest passed through; same shape and dtype.
+
+    Checks kinds and shapes only (no pass over the numbers): the angles come checked from ``rotary_angles``, and a
+    model checks its input once at its door, not in each of its layers' rotations.
+    """
+    check_rotate_arguments(x, angles)
+    return _rotate(x, angles)
+
+
+def check_rotate_arguments(x, angles):
+    """``rotate``'s arguments: x a floating-point tensor (..., T, d), angles a RotaryAngles for T positions and at
+    most d / 2 pairs, on x's device."""
+    import torch
+
+    if not isinstance(angles, RotaryAngles) or not all(isinstance(part, torch.Tensor) for part in angles[:2]):
+        raise TypeError(f"angles must be the RotaryAngles that rotary_angles returns, got {type(angles).__name__}")
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 2:
+        got = f"{x.dtype} of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"x must be a floating-point tensor (..., T, d), got {got}")
+    cos = angles.cos
+    if cos.dim() < 3 or cos.shape[-3] != x.shape[-2] or 2 * cos.shape[-2] > x.shape[-1] or cos.device != x.device:
+        raise ValueError(f"angles for {cos.shape[-3] if cos.dim() > 2 else '?'} positions and "
+                         f"{cos.shape[-2] if cos.dim() > 1 else '?'} pairs on {cos.device} cannot turn x of shape "
+                         f"{tuple(x.shape)} on {x.device}: make them with rotary_angles for x's positions, head size "
+                         "and device")
+
+
+def _rotate(x, angles):
+    """``rotate`` without its checks."""
+    import torch
+
+    rotated = 2 * angles.cos.shape[-2]  # r
+    turned = _turn_pairs(x[..., :rotated].to(angles.cos.dtype), angles.cos, angles.sin)  # (..., T, r)
+    turned = turned * angles.factor if angles.factor != 1.0 else turned  # YaRN's temperature, on queries and keys alike
+    if rotated == x.shape[-1]:
+        return turned.to(x.dtype)
+    return torch.cat([turned.to(x.dtype), x[..., rotated:]], dim=-1)  # (..., T, d): the rest passes through
 
 
 def _frequencies(dim, base, scaling, positions, compute):
@@ -237,9 +323,7 @@ def _frequencies(dim, base, scaling, positions, compute):
 
 
 def _turn_pairs(x, cos, sin):
-    """Pair i of x (..., T, r) turned by the angle whose cos and sin (..., T, r / 2) are given: (..., T, r)."""
-    import torch
-
-    pairs = x.unflatten(-1, (x.shape[-1] // 2, 2))  # (..., T, r / 2, 2)
-    even, odd = pairs[..., 0], pairs[..., 1]
-    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)  # (..., T, r)
+    """Pair i of x (..., T, r) turned by the angle whose cos and signed sin (..., T, r / 2, 2) are given (see
+    RotaryAngles): (a, b) * cos + (b, a) * sin, which is (a cos - b sin, b cos + a sin). Returns (..., T, r)."""
+    pairs = x.unflatten(-1, (x.shape[-1] // 2, 2))  # (..., T, r / 2, 2): (a, b)
+    return (pairs * cos + pairs.flip(-1) * sin).flatten(-2)  # (..., T, r)

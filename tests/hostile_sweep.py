@@ -115,6 +115,10 @@ EXEMPT = {
     "attn.experiments.smollm2_length, swept); it checks size, out and progress before loading anything",
     "attn.experiments.smollm2_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "
     "attn.experiments.smollm2_sparse, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.decode_speed.run": "times SmolLM2 and transformers decoding for minutes (python -m "
+    "attn.experiments.decode_speed, swept); it checks size, out and progress before loading anything",
+    "attn.positions.RotaryAngles": "a record (NamedTuple) of checked rotary angles, built by rotary_angles (swept); "
+    "rotate checks that it is one",
     "attn.experiments.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m "
                                               "attn.experiments.position_runs, swept)",
     "attn.experiments.sparse_runs.run_all": "trains lesson 18's side-by-side runs (python -m "

@@ -159,11 +159,14 @@ EXPERIMENT_SUPPORT = {
 
 
 def test_one_experiment_per_record_named_after_it():
-    """A record lessons/records/NAME.json is written by attn/experiments/NAME.py, and every experiment writes one."""
+    """A record lessons/records/NAME.json is written by attn/experiments/NAME.py, and every experiment writes one: into
+    lessons/records/, or, where its numbers are timings of one machine, into lessons/benchmarks/."""
     modules = {path.stem for path in (PACKAGE / "experiments").glob("*.py") if path.stem != "__init__"}
     records = {path.stem for path in (ROOT / "lessons" / "records").glob("*.json")}
-    assert records == modules - set(EXPERIMENT_SUPPORT), (
+    timings = {path.stem for path in (ROOT / "lessons" / "benchmarks").glob("*.json")} & modules
+    assert not records & timings, f"a record in both folders: {sorted(records & timings)}"
+    assert records | timings == modules - set(EXPERIMENT_SUPPORT), (
         f"records without their command: {sorted(records - modules)}; "
-        f"commands without their record: {sorted(modules - set(EXPERIMENT_SUPPORT) - records)}")
-    for name in records:
+        f"commands without their record: {sorted(modules - set(EXPERIMENT_SUPPORT) - records - timings)}")
+    for name in records | timings:
         assert f'"{name}.json"' in (PACKAGE / "experiments" / f"{name}.py").read_text(), f"{name}.py does not name {name}.json"

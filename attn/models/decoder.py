@@ -23,7 +23,7 @@ from attn.common.validate import (
     whole_count,
     whole_number,
 )
-from attn.kvcache import KVCache
+from attn.kvcache import KVCache, PreallocatedKVCache
 from attn.ring_cache import RingKVCache
 from attn.sampling import check_sampling, sample_next
 
@@ -156,21 +156,41 @@ def generate(model, prompt, new_tokens, use_cache=True, *, temperature=0.0, top_
     the blocks' KV caches holding everything earlier; use_cache=False feeds the whole sequence so far
     at every step. Both give the same tokens. temperature=0 (the default) is greedy decoding, the most
     likely token; a temperature > 0 samples, with top_k, top_p and generator as in attn.sampling.sample_next.
+    The final length is known before the first step, so each cache is a PreallocatedKVCache of that many
+    positions (a ring cache of a windowed layer stays as it is); a model that can compute the last position's
+    logits alone (``last_only``, lesson 19's LlamaLM) computes only those.
     """
     check_tokens(model, prompt, "prompt")
     new_tokens = whole_count("new_tokens", new_tokens)
     check_room(model, prompt.shape[1] + new_tokens - 1, "prompt length + new_tokens - 1")
     example = torch.zeros(1, model.vocab_size, device=prompt.device)  # the arguments checked once, before any step
     check_sampling(example, temperature, top_k, top_p, generator)
-    caches = model.new_caches() if use_cache else None
+    caches = decoding_caches(model, max(prompt.shape[1] + new_tokens - 1, 1)) if use_cache else None
     tokens, fed = prompt, prompt  # fed: what the model reads at this step
     for _ in range(new_tokens):
-        logits = model(fed, caches)  # (B, T_fed, vocab_size)
-        choice = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+        logits = _last_logits(model, fed, caches)  # (B, vocab_size)
+        choice = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
         next_token = choice[:, None].to(tokens.dtype)  # (B, 1)
         tokens = torch.cat((tokens, next_token), dim=1)
         fed = next_token if use_cache else tokens
     return tokens
+
+
+def decoding_caches(model, length):
+    """``model.new_caches()`` with each KVCache replaced by a PreallocatedKVCache of ``length`` positions (lesson 10):
+    when the final length is known, each step writes its own keys and values instead of copying the whole cache."""
+    if not isinstance(model, Decoder) and not _decoder_like(model):
+        raise TypeError(f"model must be an attn.models.decoder.Decoder, got {type_name(model)}")
+    length = whole_number("length", length, minimum=1, maximum=model.max_length)
+    return [PreallocatedKVCache(length) if type(cache) is KVCache else cache for cache in model.new_caches()]
+
+
+def _last_logits(model, fed, caches):
+    """The logits (B, vocab_size) of the position after ``fed`` (B, T): only that position's where the model can
+    compute it alone (a ``last_only`` argument), else the last row of the whole forward pass."""
+    if getattr(model, "computes_last_only", False):
+        return model(fed, caches, last_only=True)[:, -1]
+    return model(fed, caches)[:, -1]
 
 
 @torch.no_grad()

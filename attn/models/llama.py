@@ -22,12 +22,13 @@ from torch import nn
 
 from attn.common.layer_checks import check_parameters, check_rotary_base, check_sequence, largest_magnitude
 from attn.common.sizes import check_allocation, readable_bytes
-from attn.common.validate import positive_int, positive_number, require_finite, require_tensor, type_name
+from attn.common.validate import has_only_finite, positive_int, positive_number, require_finite, require_tensor, type_name
 from attn.kvcache import KVCache
 from attn.models.decoder import check_decoder_call
 from attn.models.lm import MAX_LENGTH
 from attn.multihead import MultiHeadAttention
 from attn.norms import RMSNorm
+from attn.positions import rotary_angles
 from attn.swiglu import SwiGLU
 from attn.window import rotary_pairing
 
@@ -70,21 +71,37 @@ class LlamaBlock(nn.Module):
         x = x + self.mlp(self.mlp_norm(x))
         return (x, weights) if need_weights else x
 
+    def _step(self, x, angles, cache):
+        """forward(x, cache=cache) for LlamaLM, which checked its input at its door and made this call's rotary
+        ``angles`` once for all its blocks (lesson 19): the same arithmetic, without a check. x (B, T, E) -> (B, T, E)."""
+        normed = self.attention_norm(x)  # (B, T, E)
+        x = x + self.attention._self_attend(normed, angles, cache)
+        return x + self.mlp(self.mlp_norm(x))
+
 
 class LlamaLM(nn.Module):
     """LlamaLM(vocab_size V, context_length, embed_dim E, num_heads H, num_kv_heads H_kv, num_layers L,
     mlp_hidden_dim F, rotary_base=10000.0, norm_eps=1e-5): the Llama architecture from the course's layers.
 
-    forward(tokens (B, T) int64, caches=None, need_weights=False, mask=None) -> logits (B, T, V), or with
+    forward(tokens (B, T) int64, caches=None, need_weights=False, mask=None, last_only=False) -> logits (B, T, V), or with
     need_weights=True (logits, weights (L, B, H, T, T_k)): exactly lesson 13's AustenLM interface (caches from
     ``new_caches()``, mask a boolean keep-mask broadcastable to (B, H, T, T_k) applied in every layer on top
     of the causal mask). need_weights=True runs the explicit attention path and keeps L * B * H * T * T_k
     weights; a call whose weights would pass ``WEIGHTS_LIMIT_BYTES`` (4 GB, about 1,900 tokens of one text
     for SmolLM2-135M in float32) or the machine's memory is refused with a sentence before anything is
-    computed. Without it the attention runs in scaled_dot_product_attention.
+    computed. Without it the attention runs in scaled_dot_product_attention. last_only=True returns the
+    logits of the last position only, (B, 1, V): all that generation reads.
     ``context_length``: the length it was trained on; ``max_length``: the longest sequence it accepts
     (rotary positions have no table, so only a limit against absurd requests). ``SMOLLM2_135M`` holds
     SmolLM2-135M's arguments; ``from_transformers`` copies a transformers LlamaForCausalLM.
+
+    Lesson 19: checks at the door, once per call. forward checks the tokens and that every cache fits, builds the
+    rotary angles of this call's positions once for all the blocks, runs the blocks without their own checks, and
+    checks the output once: an output that is NaN or inf, or a final norm that would overflow, is refused with the
+    sentence that says why (weights or caches holding NaN, or the first block whose input lesson 16's checks refuse),
+    the caches put back as they were. A mask, need_weights, a window, learned sinks or a hook on a block or its
+    attention take lesson 16's path instead, where every block checks its own input; so does every call while
+    ``check_every_block`` is True (False by default), which gives the same logits more slowly.
     """
 
     def __init__(self, vocab_size, context_length, embed_dim, num_heads, num_kv_heads, num_layers, mlp_hidden_dim,
@@ -103,23 +120,96 @@ class LlamaLM(nn.Module):
         self.norm = RMSNorm(sizes["embed_dim"], norm_eps)
         self.readout = nn.Linear(sizes["embed_dim"], self.vocab_size, bias=False)
         self.readout.weight = self.token_embedding.weight  # tied: one (V, E) matrix reads tokens in and out
+        self.check_every_block = False  # True: lesson 16's path, every block checking its own input at every call
         self.apply(_initialise)
+
+    computes_last_only = True  # forward takes last_only, so lesson 10's generate asks for the last position only
 
     @property
     def num_heads(self):
         return self.blocks[0].attention.num_heads
 
-    def forward(self, tokens, caches=None, need_weights=False, mask=None):
-        check_decoder_call(self, tokens, caches)
+    def forward(self, tokens, caches=None, need_weights=False, mask=None, last_only=False):
+        start = check_decoder_call(self, tokens, caches)  # positions already cached
         weights = self._weights_tensor(tokens, caches, need_weights)  # (L, B, H, T, T_k), or None
+        if not isinstance(last_only, bool):
+            raise TypeError(f"last_only must be True or False, got {type_name(last_only)} {last_only!r:.60}")
+        self._check_caches_fit(tokens, caches)
+        if self.check_every_block or need_weights or mask is not None or not self._runs_plain():
+            return self._forward_checked(tokens, caches, weights, mask, last_only)
+        return self._forward_fast(tokens, caches, start, last_only)
+
+    def _forward_checked(self, tokens, caches, weights, mask, last_only):
+        """Lesson 16's forward: every block a module call that checks its own input (masks, weights, windows, hooks)."""
+        need_weights = weights is not None
         x = self.token_embedding(tokens)  # (B, T, E)
         caches = caches or [None] * len(self.blocks)
         for layer, (block, cache) in enumerate(zip(self.blocks, caches, strict=True)):
             x = block(x, mask, is_causal=True, cache=cache, need_weights=need_weights)
             if need_weights:
                 x, weights[layer] = x  # this layer's weights (B, H, T, T_k) copied in
-        logits = self.readout(self.norm(x))  # (B, T, V)
+        logits = self.readout(self.norm(x[:, -1:] if last_only else x))  # (B, T, V), or (B, 1, V)
         return (logits, weights) if need_weights else logits
+
+    def _forward_fast(self, tokens, caches, start, last_only):
+        """Lesson 19's forward: the input was checked at the door, the rotary angles are made once for all the blocks,
+        no block checks again; the output is checked once at the end, and a refusal restores the caches."""
+        before = [(cache.keys, cache.values) for cache in caches or []]
+        x = self.token_embedding(tokens)  # (B, T, E)
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
+        angles = self._rotary_angles(positions, x.dtype)  # cos and sin (T, d / 2), or None
+        for block, cache in zip(self.blocks, caches or [None] * len(self.blocks), strict=True):
+            x = block._step(x, angles, cache)  # (B, T, E)
+        x = x[:, -1:] if last_only else x
+        logits = self.readout(self.norm(x))  # (B, T, V), or (B, 1, V)
+        problem = _output_problem(x, logits)
+        if problem:
+            self._refuse(tokens, caches, before, problem)
+        return logits
+
+    def _runs_plain(self):
+        """True when every block can run without its checks (``_forward_fast``): plain attention (no window, sinks,
+        dropout or hooks), the same rotary settings in every layer, and no hooks on the blocks."""
+        first = self.blocks[0].attention
+        return all(
+            block.attention._runs_plain() and not (block._forward_hooks or block._forward_pre_hooks)
+            and _rotary_settings(block.attention) == _rotary_settings(first)
+            for block in self.blocks
+        )
+
+    def _rotary_angles(self, positions, dtype):
+        """The angles every block turns its queries and keys by at ``positions`` (T,), or None without rotary."""
+        attention = self.blocks[0].attention
+        if attention.rotary_base is None:
+            return None
+        compute = torch.float64 if dtype == torch.float64 else torch.float32  # as attn.apply_rotary computes them
+        return rotary_angles(positions, attention.head_dim, *_rotary_settings(attention), dtype=compute)
+
+    def _check_caches_fit(self, tokens, caches):
+        """Every cache must fit this call's keys, checked before any block appends: a refusal leaves them as they were."""
+        attention, parameter = self.blocks[0].attention, self.token_embedding.weight
+        for cache in caches or []:
+            cache.check_fits(tokens.shape[0], attention.num_kv_heads, attention.head_dim, parameter.dtype, parameter.device)
+
+    def _refuse(self, tokens, caches, before, problem):
+        """Say why the fast path's output cannot be trusted, after putting the caches back as they were: weights or
+        cached keys that hold NaN or inf, else the sentence of the first block whose input lesson 16's checks refuse
+        (the checked path run again), else ``problem``."""
+        _restore(caches, before)
+        broken = [name for name, parameter in self.named_parameters() if not has_only_finite(parameter)]
+        if broken:
+            more = f" and {len(broken) - 1} more" if len(broken) > 1 else ""
+            raise ValueError(f"the model's weights hold NaN or inf (in {broken[0]}{more}): every logit they reach "
+                             "would be NaN; load the weights again")
+        for index, cache in enumerate(caches or []):
+            if len(cache) and not (has_only_finite(cache.keys) and has_only_finite(cache.values)):
+                raise ValueError(f"caches[{index}] holds NaN or inf keys or values, which attention would spread to "
+                                 "every later token; start again from model.new_caches()")
+        try:
+            self._forward_checked(tokens, caches, None, None, last_only=True)  # raises the sentence of a block
+        finally:
+            _restore(caches, before)
+        raise ValueError(problem)
 
     def new_caches(self):
         """One empty KVCache per block, for one batch of sequences."""
@@ -266,6 +356,33 @@ def _check_weights_size(shape, dtype, device):
                          "allowed (WEIGHTS_LIMIT_BYTES); read the weights of fewer or shorter texts, or leave "
                          "need_weights False")
     check_allocation(what, nbytes, device)
+
+
+def _output_problem(x, logits):
+    """What is wrong with the fast path's output, or None: the final norm's input x (B, T, E) large enough that
+    RMSNorm's squares overflow (it would give zeros), or logits (B, T, V) that hold NaN or inf."""
+    if not has_only_finite(logits):
+        return (f"the logits hold NaN or inf although the weights, the caches and every block's input are finite: "
+                f"the last block or the readout overflowed {logits.dtype}; use float64")
+    compute = torch.promote_types(x.dtype, torch.float32)  # what RMSNorm squares in
+    if x.numel() and largest_magnitude(x) ** 2 > torch.finfo(compute).max:
+        return (f"the final norm's input is finite, but RMSNorm would overflow squaring it: the largest |x| is "
+                f"{largest_magnitude(x):.3g}, whose square passes {compute}'s largest number; use float64")
+    return None
+
+
+def _restore(caches, before):
+    """Put every cache back to the keys and values (B, H_kv, T, d) it held, as ``before`` lists them (None: empty)."""
+    for cache, (keys, values) in zip(caches or [], before, strict=True):
+        if len(cache) != (0 if keys is None else keys.shape[2]):
+            cache.reset()
+            if keys is not None:
+                cache.append(keys, values)
+
+
+def _rotary_settings(attention):
+    """A layer's rotary base, scaling and fraction: what its angles depend on besides the positions."""
+    return attention.rotary_base, attention.rotary_scaling, attention.rotary_fraction
 
 
 def llama_arguments(model):

@@ -38,15 +38,27 @@ class RMSNorm(nn.Module):
         scaled by its largest |x| (a zero row gives zeros). The door check looks at the (..., 1) mean squares only.
         """
         check_features("x", x, self.weight)
+        normed, every_row_plain = self._normalize(x)
+        if not every_row_plain:  # the door check: (..., 1) numbers, not every entry
+            require_finite("x", x, "RMSNorm would spread it to the whole row")
+        return normed
+
+    def _normalize(self, x, guard=True):
+        """forward's arithmetic without its checks: (the normalised x (..., dim), whether every row's mean square was a
+        finite number above 0). With ``guard``, a row that was not is computed again, scaled. A model that checks its
+        input at its door and its output once (lesson 19's LlamaLM) calls it with guard=False: nothing in its layers
+        reads the numbers, and a row too large to square is still too large when the model's one check reads it."""
         compute = torch.promote_types(x.dtype, torch.float32)  # float32 at least, float64 kept
         wide = x.to(compute)
         mean_square = wide.pow(2).mean(-1, keepdim=True)  # (..., 1)
         normed = wide * torch.rsqrt(mean_square + self.eps)  # (..., dim)
+        if not guard:
+            return self.weight * normed.to(x.dtype), True
         plain = torch.isfinite(mean_square) & (mean_square.gt(0) if self.eps == 0 else True)  # (..., 1)
-        if x.numel() and not bool(plain.all()):  # the door check: (..., 1) numbers, not every entry
-            require_finite("x", x, "RMSNorm would spread it to the whole row")
+        every_row_plain = not x.numel() or bool(plain.all())
+        if not every_row_plain:
             normed = torch.where(plain, normed, _scaled_rms_norm(wide, self.eps))  # only the rows that need it
-        return self.weight * normed.to(x.dtype)
+        return self.weight * normed.to(x.dtype), every_row_plain
 
     def extra_repr(self):
         return f"{self.weight.shape[0]}, eps={self.eps}"

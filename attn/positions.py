@@ -79,7 +79,11 @@ def rotary_frequencies(dim, base=10000.0, scaling=None, length=None):
         check_ntk_dim(dim, rope_type)
         trained = scaling["original_max_position_embeddings"]
         read = max(trained if length is None else length, trained)  # n: no change up to the trained length
-        base = ntk_aware_base(dim, base, scaling["factor"] * read / trained - (scaling["factor"] - 1))
+        factor = scaling["factor"]
+        grown = factor * read / trained - (factor - 1)  # transformers' formula, kept for its exact rounding
+        if factor > 2**52:  # there s - 1 rounds to s, and s n / L - (s - 1) loses its 1: the same number, written safely
+            grown = 1 + factor * (read - trained) / trained
+        base = ntk_aware_base(dim, base, grown)
     plain = np.float64(base) ** (-np.arange(0, dim, 2) / dim)  # (dim / 2,): base^(-2i / dim)
     if rope_type == "linear":
         plain = plain / scaling["factor"]  # every pair turns s times slower: positions p / s

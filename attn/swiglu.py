@@ -35,11 +35,16 @@ class SwiGLU(nn.Module):
     def forward(self, x):
         """x (..., E) -> (..., E)."""
         check_features("x", x, self.gate_proj.weight)
-        gated = functional.silu(self.gate_proj(x)) * self.up_proj(x)  # (..., F)
-        output = self.down_proj(gated)  # (..., E)
+        output = self._mlp(x)  # (..., E)
         if not has_only_finite(output):  # the door check, once, on the output: NaN in, or an overflow on the way
             require_finite("x", x, "the MLP would spread it")
             raise ValueError(f"x is finite, but SwiGLU overflowed {x.dtype} on it (the largest |x| is "
                              f"{largest_magnitude(x):.3g}, and the gate multiplies two projections of it); scale x "
                              "down, or use float64")
         return output
+
+    def _mlp(self, x):
+        """forward's arithmetic without its checks, for a model that checked its input at its door and checks its
+        output once (lesson 19's LlamaLM). x (..., E) -> (..., E)."""
+        gated = functional.silu(self.gate_proj(x)) * self.up_proj(x)  # (..., F)
+        return self.down_proj(gated)  # (..., E)

@@ -74,9 +74,8 @@ class LlamaBlock(nn.Module):
     def _step(self, x, angles, cache):
         """forward(x, cache=cache) for LlamaLM, which checked its input at its door and made this call's rotary
         ``angles`` once for all its blocks (lesson 19): the same arithmetic, without a check. x (B, T, E) -> (B, T, E)."""
-        normed = self.attention_norm(x)  # (B, T, E)
-        x = x + self.attention._self_attend(normed, angles, cache)
-        return x + self.mlp(self.mlp_norm(x))
+        x = x + self.attention._self_attend(self.attention_norm._normalize(x, guard=False)[0], angles, cache)  # (B, T, E)
+        return x + self.mlp._mlp(self.mlp_norm._normalize(x, guard=False)[0])
 
 
 class LlamaLM(nn.Module):
@@ -161,7 +160,7 @@ class LlamaLM(nn.Module):
         for block, cache in zip(self.blocks, caches or [None] * len(self.blocks), strict=True):
             x = block._step(x, angles, cache)  # (B, T, E)
         x = x[:, -1:] if last_only else x
-        logits = self.readout(self.norm(x))  # (B, T, V), or (B, 1, V)
+        logits = self.readout(self.norm._normalize(x, guard=False)[0])  # (B, T, V), or (B, 1, V)
         problem = _output_problem(x, logits)
         if problem:
             self._refuse(tokens, caches, before, problem)

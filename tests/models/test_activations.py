@@ -63,3 +63,32 @@ def test_hostile_input_gets_a_sentence_and_leaves_no_hook(model, tokens, error, 
         attn.models.massive_activations(model, tokens)
     for block in getattr(model, "blocks", []):
         assert not block._forward_pre_hooks and not block._forward_hooks
+
+
+def test_smollm2s_first_position_is_a_hundred_times_louder_in_its_middle_layers():
+    """SmolLM2-135M on eight tokens: before its early blocks the first position is not louder than the rest; from
+    block 12 to block 20 its residual vector is 50 times the median of the others or more (Sun et al.'s massive
+    activation), nearly all of it in one feature."""
+    from attn.pretrained import load
+
+    try:
+        model, tokenizer = load()
+    except FileNotFoundError:
+        pytest.skip("SmolLM2 is not fetched here (python -m attn.pretrained)")
+    tokens = torch.tensor([tokenizer.encode("Sir Walter Elliot, of Kellynch Hall")[:8]])
+    norms = attn.models.massive_activations(model, tokens)[:, 0]  # (L + 1, T)
+    ratio = norms[:, 0] / norms[:, 1:].median(dim=-1).values
+    assert (ratio[:3] < 5).all() and (ratio[12:21] > 50).all()
+    seen = {}
+
+    def keep(block, args):
+        seen["x"] = args[0][0, 0]  # returns None: the block's input is left as it is
+
+    handle = model.blocks[15].register_forward_pre_hook(keep)
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        handle.remove()
+    squares = seen["x"].pow(2)
+    assert squares.max() / squares.sum() > 0.9  # one feature of 576 holds nine tenths of the vector's squared length

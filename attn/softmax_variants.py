@@ -41,7 +41,7 @@ def _checked_scores(scores, dim):
     if scores.shape[dim] == 0:
         raise ValueError(f"scores has no keys along dim {dim} (shape {tuple(scores.shape)}): there is nothing to weigh")
     if scores.numel():
-        largest = scores.amax()  # NaN if any entry is NaN
+        largest = scores.detach().amax()  # NaN if any entry is NaN
         if torch.isnan(largest) or largest == math.inf:
             raise ValueError(f"scores of shape {tuple(scores.shape)} holds NaN or +inf; only finite scores and -inf "
                              "(a masked key) have a meaning")

@@ -34,22 +34,27 @@ def _query_key_rows(layer):
 def largest_logits(layer, x):
     """Each head's largest causal logit q . k / sqrt(d) on x (B, T, E) (self-attention), over the batch: (H,).
 
-    layer: an attn.MultiHeadAttention (its rotary included) or an attn.gates.GatedAttention. What QK-clip reads.
+    layer: an attn.MultiHeadAttention (its rotary included, keys turned where they stand; a window, if it has one, is
+    not applied: every causal pair counts) or an attn.gates.GatedAttention. What QK-clip reads.
     """
     if isinstance(layer, GatedAttention):
         with torch.no_grad():
-            return layer.logits(x).amax(dim=(0, 2, 3))
-    if not isinstance(layer, MultiHeadAttention):
+            largest = layer.logits(x).amax(dim=(0, 2, 3))
+    elif isinstance(layer, MultiHeadAttention):
+        check_sequence("x", x, layer.embed_dim, layer.query_proj.weight)
+        require_finite("x", x)
+        if x.shape[1] == 0:
+            raise ValueError(f"x holds no positions (shape {tuple(x.shape)}); give at least one token")
+        with torch.no_grad():
+            q = split_heads(layer.query_proj(x), layer.num_heads)
+            k = split_heads(layer.key_proj(x), layer.num_kv_heads)
+            q, k = layer._rotate(q, k, None)
+            largest = _causal_scores(q, k, 1.0 / math.sqrt(layer.head_dim)).amax(dim=(0, 2, 3))
+    else:
         raise TypeError(f"layer must be an attn.MultiHeadAttention or an attn.gates.GatedAttention, got {type_name(layer)}")
-    check_sequence("x", x, layer.embed_dim, layer.query_proj.weight)
-    require_finite("x", x)
-    if x.shape[1] == 0:
-        raise ValueError(f"x holds no positions (shape {tuple(x.shape)}); give at least one token")
-    with torch.no_grad():
-        q = split_heads(layer.query_proj(x), layer.num_heads)
-        k = split_heads(layer.key_proj(x), layer.num_kv_heads)
-        q, k = layer._rotate(q, k, None)
-        return _causal_scores(q, k, 1.0 / math.sqrt(layer.head_dim)).amax(dim=(0, 2, 3))
+    if not bool(torch.isfinite(largest).all()):
+        raise ValueError(f"x is finite, but the layer's logits overflowed {largest.dtype} on it; scale x down, or use float64")
+    return largest
 
 
 def qk_clip_(layer, max_logits, threshold):

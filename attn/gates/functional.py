@@ -64,7 +64,7 @@ def _checked_log_forget(log_forget, query):
         raise TypeError(f"log_forget is {log_forget.dtype} on {log_forget.device} but query is {query.dtype} on "
                         f"{query.device}; convert it with log_forget.to(query)")
     require_finite("log_forget", log_forget, "a gate of exactly 0 is log 0 = -inf: use a large negative number")
-    largest = float(log_forget.amax())
+    largest = float(log_forget.detach().amax())
     if largest > 0:
         raise ValueError(f"log_forget holds {largest:.3g} > 0: a forget gate above 1, which would make old keys louder "
                          "than new ones at every step; a forget gate is in (0, 1], its log at most 0 (logsigmoid gives one)")
@@ -114,19 +114,21 @@ def forgetting_attention_loop(query, key, value, log_forget, scale=None):
 
 
 def _checked_lambda(lam):
-    """lambda as a float: finite and below 1 (at 1 or above the second map can outweigh the first on every key)."""
+    """lambda, finite and below 1 (at 1 or above the second map can outweigh the first on every key): a float, or the
+    one-number tensor given (kept, so that a learned lambda gets its gradient)."""
+    value = lam
     if isinstance(lam, torch.Tensor) and lam.numel() == 1 and lam.dtype.is_floating_point:
         require_computable("lam", lam)
-        lam = float(lam)
-    if isinstance(lam, bool) or not isinstance(lam, numbers.Real):
+        value = float(lam.detach())
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"lam must be a number (lambda, below 1), got {type_name(lam)} {lam!r:.60}")
-    if not math.isfinite(lam):
-        raise ValueError(f"lam must be a finite number, got {lam!r}")
-    if lam >= 1:
-        raise ValueError(f"lam = {lam:.4g} is 1 or more: each row's weights A1 - lam A2 then sum to 1 - lam <= 0, and "
+    if not math.isfinite(value):
+        raise ValueError(f"lam must be a finite number, got {value!r}")
+    if value >= 1:
+        raise ValueError(f"lam = {value:.4g} is 1 or more: each row's weights A1 - lam A2 then sum to 1 - lam <= 0, and "
                          "where the second map is as spread as the first every weight is negative, so the head outputs "
                          "minus an average; the paper keeps lambda between 0.2 and 0.8")
-    return float(lam)
+    return lam.reshape(()) if isinstance(lam, torch.Tensor) else float(value)
 
 
 def _check_differential(query, key, value):

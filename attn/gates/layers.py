@@ -231,7 +231,7 @@ class DifferentialAttention(nn.Module):
                                         or not (math.isfinite(rotary_base) and rotary_base > 1)):
             raise ValueError(f"rotary_base must be None or a finite number above 1 (10000.0 is usual), got {rotary_base!r}")
         check_rotary_options(rotary_base, None, 1.0, head_dim)
-        self.lambda_init = _checked_lambda(lambda_init)
+        self.lambda_init = float(_checked_lambda(lambda_init))
         self.eps = non_negative_number("eps", eps)
         check_parameters(f"DifferentialAttention(embed_dim={embed_dim}, num_heads={num_heads})",
                          embed_dim * (2 * num_heads * head_dim + 2 * num_kv_heads * head_dim))
@@ -252,7 +252,7 @@ class DifferentialAttention(nn.Module):
     def forward(self, x):
         _check_x(self, x)
         lam = self.lam()
-        _checked_lambda(lam.detach())  # a learned lambda of 1 or more: the same sentence as the function's
+        _checked_lambda(lam)  # a learned lambda of 1 or more: the same sentence as the function's
         batch, length, _ = x.shape
         q = split_heads(self.query_proj(x), self.num_heads)  # (B, H, T, d)
         k = split_heads(self.key_proj(x), self.num_kv_heads)

@@ -247,3 +247,20 @@ def test_layer_inputs_get_sentences():
         DifferentialAttention(12, 3)
     with pytest.raises(ValueError, match="lam = 1 is 1 or more"):
         DifferentialAttention(16, 4, lambda_init=1.0)
+
+
+def test_gradients_reach_a_learned_lambda_and_the_forget_gates():
+    """Trainable inputs pass the door checks without a warning (pytest makes warnings errors) and get gradients."""
+    query, key, value = heads()
+    lam = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    differential_attention(query, key, value, lam).square().sum().backward()
+    assert lam.grad is not None and lam.grad != 0
+    logits = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
+    forgetting_attention(query, key, value, torch.nn.functional.logsigmoid(logits)).square().sum().backward()
+    assert logits.grad is not None and torch.isfinite(logits.grad).all() and logits.grad.abs().sum() > 0
+    torch.manual_seed(0)
+    for normalize in ("sink", "softpick"):
+        layer = GatedAttention(16, 4, normalize=normalize)
+        layer(torch.randn(2, 5, 16)).square().sum().backward()
+        assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+    assert layer.query_proj.weight.grad.abs().sum() > 0

@@ -103,9 +103,9 @@ def forgetting_attention_loop(query, key, value, log_forget, scale=None):
             for i in range(length):
                 scores, decay = [], 0.0  # decay: log of the product of the gates after key j, up to i
                 for j in range(i, -1, -1):
-                    scores.append(float(query[b, h, i] @ key[b, h // groups, j]) * scale + decay)
-                    decay += float(log_forget[b, h, j])  # passing token j: its gate now lies between i and key j - 1
-                weights = torch.softmax(torch.tensor(scores[::-1], dtype=query.dtype), dim=0)  # keys 0 .. i
+                    scores.append(query[b, h, i] @ key[b, h // groups, j] * scale + decay)
+                    decay = decay + log_forget[b, h, j]  # passing token j: its gate now lies between i and key j - 1
+                weights = torch.softmax(torch.stack(scores[::-1]), dim=0)  # keys 0 .. i
                 output[b, h, i] = weights @ value[b, h // groups, : i + 1]
     return output
 

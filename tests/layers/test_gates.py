@@ -264,3 +264,13 @@ def test_gradients_reach_a_learned_lambda_and_the_forget_gates():
         layer(torch.randn(2, 5, 16)).square().sum().backward()
         assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
     assert layer.query_proj.weight.grad.abs().sum() > 0
+
+
+def test_the_loops_give_the_same_gradients():
+    query, key, value = heads(length=4)
+    gradients = []
+    for attend in (forgetting_attention, forgetting_attention_loop):
+        logits = torch.randn(2, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(3)).requires_grad_()
+        attend(query, key, value, torch.nn.functional.logsigmoid(logits)).sum().backward()
+        gradients.append(logits.grad)
+    assert (gradients[0] - gradients[1]).abs().max() < 1e-14 and gradients[0].abs().sum() > 0

@@ -17,14 +17,17 @@ key, in real models the first (lesson 16). The designs here give a head another 
   ``forgetting_attention``;
 - QK-clip (Kimi K2's MuonClip): after an optimiser step, a head whose largest logit passed a
   threshold tau has its query and key weights scaled by sqrt(tau / S_max) each, so its logits shrink
-  by tau / S_max; other heads are untouched. ``qk_clip_`` and ``largest_logits``.
+  by tau / S_max; other heads are untouched. ``qk_clip_`` and ``largest_logits``;
+- stick-breaking attention (Tan et al. 2024), no softmax at all: each query breaks a stick of length 1,
+  the nearest key first, each key taking sigmoid(q . k) of what is left; what no key takes is said to
+  nothing. ``stick_breaking_attention``.
 
 All attention here is causal self-attention, batch first: query (B, H, T, d), key and value
 (B, H_kv, T, d), H_kv dividing H (query head h reads key/value head h // (H / H_kv)). Each function
 comes as a loop (``*_loop``, the definition written out token by token) and vectorised, proven equal by
 the tests and checked against transformers' and fla-core's implementations.
 
-The package: ``functional`` (forgetting and differential attention, the functions and their loops), ``layers``
+The package: ``functional`` (forgetting, differential and stick-breaking attention, the functions and their loops), ``layers``
 (GatedAttention, DifferentialAttention) and ``clip`` (QK-clip).
 """
 
@@ -34,6 +37,8 @@ from attn.gates.functional import (
     differential_attention_loop,
     forgetting_attention,
     forgetting_attention_loop,
+    stick_breaking_attention,
+    stick_breaking_attention_loop,
 )
 from attn.gates.layers import NORMALIZERS, DifferentialAttention, GatedAttention
 
@@ -47,4 +52,6 @@ __all__ = [
     "forgetting_attention_loop",
     "largest_logits",
     "qk_clip_",
+    "stick_breaking_attention",
+    "stick_breaking_attention_loop",
 ]

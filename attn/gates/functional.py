@@ -8,11 +8,15 @@ import math
 import numbers
 
 import torch
+from torch.nn import functional
 
 from attn.common.layer_checks import check_attention_inputs
 from attn.common.validate import require_computable, require_finite, require_floating, type_name
 
-__all__ = ["differential_attention", "differential_attention_loop", "forgetting_attention", "forgetting_attention_loop"]
+__all__ = [
+    "differential_attention", "differential_attention_loop", "forgetting_attention", "forgetting_attention_loop",
+    "stick_breaking_attention", "stick_breaking_attention_loop",
+]
 
 
 # ------------------------------------------------------------------------------------------------ shared pieces
@@ -175,3 +179,61 @@ def differential_attention_loop(query, key, value, lam, scale=None):
                 second = torch.softmax(seen[:, half:] @ query[b, h, i, half:] * scale, dim=0)
                 output[b, h, i] = (first - lam * second) @ value[b, h // groups, : i + 1]
     return output
+
+
+# -------------------------------------------------------------------------------------- stick-breaking attention
+
+
+def _check_flag(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type_name(value)} {value!r:.60}")
+    return value
+
+
+def stick_breaking_attention(query, key, value, attend_current=False, scale=None):
+    """Stick-breaking attention (Tan et al. 2024): each query breaks a stick of length 1, nearest key first.
+
+    beta_ij = sigmoid(q_i . k_j s); key j gets beta_ij times what is left after the keys between j and i took
+    their shares: A_ij = beta_ij prod_{j < l < i} (1 - beta_il) (l <= i with ``attend_current``, which also lets a
+    query read its own key; without it, keys j < i only). No softmax: a query whose keys all score low keeps most
+    of the stick and reads almost nothing. Computed in log space (logsigmoid), so no product underflows.
+    query (B, H, T, d); key, value (B, H_kv, T, d). Returns the output (B, H, T, d) and the stick left over,
+    1 - sum_j A_ij, (B, H, T).
+    """
+    _check_self_attention(query, key, value)
+    attend_current = _check_flag("attend_current", attend_current)
+    scale = _checked_scale(scale, query.shape[-1])
+    length = query.shape[2]
+    key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+    logits = query @ key.transpose(-2, -1) * scale  # (B, H, T, T)
+    seen = torch.ones(length, length, dtype=torch.bool, device=query.device).tril(0 if attend_current else -1)
+    log_keep = functional.logsigmoid(-logits).masked_fill(~seen, 0.0)  # log(1 - beta), 0 where the key is not seen
+    after = log_keep.flip(-1).cumsum(-1).flip(-1) - log_keep  # sum of log(1 - beta_il) over the seen keys l > j
+    log_weights = (functional.logsigmoid(logits) + after).masked_fill(~seen, -math.inf)
+    weights = log_weights.exp()
+    left = log_keep.sum(-1).exp()  # the product of every (1 - beta): what no key took
+    return _read(weights, value), left
+
+
+def stick_breaking_attention_loop(query, key, value, attend_current=False, scale=None):
+    """``stick_breaking_attention`` written out: each query walks back from its nearest key, each key taking its
+    share beta of the stick still left. Same arguments and results."""
+    _check_self_attention(query, key, value)
+    attend_current = _check_flag("attend_current", attend_current)
+    scale = _checked_scale(scale, query.shape[-1])
+    batch, heads, length, _ = query.shape
+    groups = heads // key.shape[1]
+    output = torch.zeros(batch, heads, length, value.shape[-1], dtype=query.dtype, device=query.device)
+    left = torch.ones(batch, heads, length, dtype=query.dtype, device=query.device)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(length):
+                stick = torch.ones((), dtype=query.dtype)
+                nearest = i if attend_current else i - 1
+                for j in range(nearest, -1, -1):
+                    beta = torch.sigmoid(query[b, h, i] @ key[b, h // groups, j] * scale)
+                    output[b, h, i] = output[b, h, i] + beta * stick * value[b, h // groups, j]
+                    stick = stick * (1 - beta)
+                left[b, h, i] = stick
+    return output, left
+

@@ -16,6 +16,8 @@ from attn.gates import (
     forgetting_attention_loop,
     largest_logits,
     qk_clip_,
+    stick_breaking_attention,
+    stick_breaking_attention_loop,
 )
 from attn.multihead import explicit_attention
 
@@ -198,6 +200,8 @@ def test_qk_clip_on_a_gated_layer_scales_only_the_query_rows_not_the_gate():
     (lambda q, k, v: differential_attention(q, k, v[..., :4], 0.5), ValueError, "key and value must both be"),
     (lambda q, k, v: forgetting_attention(q, k, v, torch.zeros(2, 4, 6, dtype=torch.float64), scale=0.0), ValueError,
      "scale must be a positive number"),
+    (lambda q, k, v: stick_breaking_attention(q, k, v, attend_current="yes"), TypeError, "attend_current must be True"),
+    (lambda q, k, v: stick_breaking_attention(q, k[..., :4], v, True), ValueError, "key and value must both be"),
 ])
 def test_hostile_functional_input_gets_a_sentence(call, error, words):
     with pytest.raises(error, match=words):
@@ -274,3 +278,23 @@ def test_the_loops_give_the_same_gradients():
         attend(query, key, value, torch.nn.functional.logsigmoid(logits)).sum().backward()
         gradients.append(logits.grad)
     assert (gradients[0] - gradients[1]).abs().max() < 1e-14 and gradients[0].abs().sum() > 0
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_stick_breaking_loop_equals_the_vectorised_form_and_the_stick_adds_up(attend_current):
+    query, key, value = heads()
+    output, left = stick_breaking_attention(query, key, value, attend_current)
+    looped, looped_left = stick_breaking_attention_loop(query, key, value, attend_current)
+    assert (output - looped).abs().max() < 1e-14 and (left - looped_left).abs().max() < 1e-14
+    ones = torch.ones_like(value)
+    taken, _ = stick_breaking_attention(query, key, ones, attend_current)  # values of ones read the weights' sum
+    assert (taken[..., 0] + left - 1).abs().max() < 1e-14
+    if not attend_current:  # the first query sees no key: it reads nothing and keeps the whole stick
+        assert (output[:, :, 0] == 0).all() and (left[:, :, 0] == 1).all()
+
+
+def test_stick_breaking_with_keys_that_all_score_low_reads_almost_nothing():
+    query, _, value = heads(num_kv_heads=4)
+    output, left = stick_breaking_attention(query, -40 * query, value, attend_current=True,
+                                            scale=1.0)  # each query's own key scores -40 |q|^2
+    assert left[:, :, 0].min() > 1 - 1e-12 and output[:, :, 0].abs().max() < 1e-12

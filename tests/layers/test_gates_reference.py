@@ -1,6 +1,7 @@
 """Lesson 22's designs against the real thing: transformers' Qwen3NextAttention (the output gate), GptOssAttention's
 softmax (sink logits; a sink of 0 is the off-by-one softmax) and DiffLlamaAttention, and fla-core's naive
-forgetting attention, each built from a tiny configuration offline with its weights copied; a wrong copy is caught."""
+forgetting and stick-breaking attention, each built from a tiny configuration offline with its weights copied; a
+wrong copy is caught."""
 
 import math
 import os
@@ -9,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from attn.gates import DifferentialAttention, GatedAttention, forgetting_attention
+from attn.gates import DifferentialAttention, GatedAttention, forgetting_attention, stick_breaking_attention
 from attn.softmax_variants import softmax_with_sink
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may be downloaded: each reference is built from a config
@@ -187,3 +188,21 @@ def test_forgetting_attention_equals_fla_cores_naive_reference():
     assert (forgetting_attention(query, key, value, log_forget) - expected).abs().max() < 2e-6
     reversed_gates = log_forget.flip(-1)  # the same gates in the wrong order: far off
     assert (forgetting_attention(query, key, value, reversed_gates) - expected).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_stick_breaking_equals_fla_cores_naive_reference(attend_current):
+    """fla-core's naive_stickbreaking_attn stays in float64 for float64 input: agreement to float64's rounding."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fla warns, on import, that Triton has no GPU here; the naive form needs none
+        from fla.ops.stickbreaking_attn.naive import naive_stickbreaking_attn
+
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 4, LENGTH, 8, generator=generator, dtype=torch.float64)
+    key, value = (torch.randn(2, 2, LENGTH, 8, generator=generator, dtype=torch.float64) for _ in range(2))
+    bthd = lambda t: t.transpose(1, 2)  # noqa: E731 - (B, H, T, ...) <-> (B, T, H, ...)
+    expected, left = naive_stickbreaking_attn(bthd(query), bthd(key), bthd(value), attend_current=attend_current)
+    output, ours_left = stick_breaking_attention(query, key, value, attend_current)
+    assert (output - bthd(expected)).abs().max() < 1e-13 and (ours_left - left.transpose(1, 2)).abs().max() < 1e-13
+    other, _ = stick_breaking_attention(query, key, value, not attend_current)  # the other choice: far off
+    assert (other - bthd(expected)).abs().max() > 1e-2

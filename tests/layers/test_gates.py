@@ -298,3 +298,17 @@ def test_stick_breaking_with_keys_that_all_score_low_reads_almost_nothing():
     output, left = stick_breaking_attention(query, -40 * query, value, attend_current=True,
                                             scale=1.0)  # each query's own key scores -40 |q|^2
     assert left[:, :, 0].min() > 1 - 1e-12 and output[:, :, 0].abs().max() < 1e-12
+
+
+def test_the_gated_layers_sink_is_lesson_14s_learned_sink():
+    """normalize='sink' with gate and QK-norm off: the numbers of MultiHeadAttention(learned_sinks=True)."""
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(16, 4, bias=True, rotary_base=10000.0, learned_sinks=True).double()
+    layer = GatedAttention(16, 4, bias=True, gate=False, qk_norm=False, normalize="sink").double()
+    with torch.no_grad():
+        plain.sink_logits.copy_(torch.tensor([-1.0, 0.5, 2.0, 4.0]))
+        layer.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    expected, expected_weights = plain(x, x, x, is_causal=True, need_weights=True)
+    output, weights = layer(x, need_weights=True)
+    assert (output - expected).abs().max() < 1e-14 and (weights - expected_weights).abs().max() < 1e-15

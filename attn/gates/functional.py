@@ -11,7 +11,7 @@ import torch
 from torch.nn import functional
 
 from attn.common.layer_checks import check_attention_inputs
-from attn.common.validate import require_computable, require_finite, require_floating, type_name
+from attn.common.validate import has_only_finite, require_computable, require_finite, require_floating, type_name
 
 __all__ = [
     "differential_attention", "differential_attention_loop", "forgetting_attention", "forgetting_attention_loop",
@@ -44,6 +44,14 @@ def _check_self_attention(query, key, value):
                          "have the same, non-zero number of positions T (axis 2)")
 
 
+def _finite(output):
+    """``output``, or a sentence if finite inputs overflowed inside (a large ``scale`` times large scores)."""
+    if not has_only_finite(output):
+        raise ValueError(f"the inputs are finite, but the scores overflowed {output.dtype} (scale times q . k passed its "
+                         "largest number) and the output holds inf or NaN; scale the inputs or the scale down")
+    return output
+
+
 def _checked_scale(scale, head_dim):
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
@@ -72,6 +80,9 @@ def _checked_log_forget(log_forget, query):
     if largest > 0:
         raise ValueError(f"log_forget holds {largest:.3g} > 0: a forget gate above 1, which would make old keys louder "
                          "than new ones at every step; a forget gate is in (0, 1], its log at most 0 (logsigmoid gives one)")
+    if not math.isfinite(float(log_forget.detach().sum(dim=-1).amin())):  # the most negative cumulative sum, F_T
+        raise ValueError(f"log_forget is finite, but its running sum overflows {log_forget.dtype} to -inf (F_i - F_j would "
+                         "be NaN); gates that close this hard forget everything anyway: clamp log_forget at, say, -1e4")
 
 
 def forgetting_attention(query, key, value, log_forget, scale=None):
@@ -83,7 +94,7 @@ def forgetting_attention(query, key, value, log_forget, scale=None):
     """
     _check_self_attention(query, key, value)
     _checked_log_forget(log_forget, query)
-    return _forgetting_attention(query, key, value, log_forget, _checked_scale(scale, query.shape[-1]))
+    return _finite(_forgetting_attention(query, key, value, log_forget, _checked_scale(scale, query.shape[-1])))
 
 
 def _forgetting_attention(query, key, value, log_forget, scale):
@@ -151,7 +162,7 @@ def differential_attention(query, key, value, lam, scale=None):
     """
     _check_differential(query, key, value)
     lam = _checked_lambda(lam)
-    return _read(_differential_weights(query, key, lam, _checked_scale(scale, query.shape[-1] // 2)), value)
+    return _finite(_read(_differential_weights(query, key, lam, _checked_scale(scale, query.shape[-1] // 2)), value))
 
 
 def _differential_weights(query, key, lam, scale):
@@ -212,7 +223,7 @@ def stick_breaking_attention(query, key, value, attend_current=False, scale=None
     log_weights = (functional.logsigmoid(logits) + after).masked_fill(~seen, -math.inf)
     weights = log_weights.exp()
     left = log_keep.sum(-1).exp()  # the product of every (1 - beta): what no key took
-    return _read(weights, value), left
+    return _finite(_read(weights, value)), left
 
 
 def stick_breaking_attention_loop(query, key, value, attend_current=False, scale=None):

@@ -185,6 +185,8 @@ def test_qk_clip_on_a_gated_layer_scales_only_the_query_rows_not_the_gate():
      "a forget gate above 1"),
     (lambda q, k, v: forgetting_attention(q, k, v, torch.full((2, 4, 6), -math.inf, dtype=torch.float64)), ValueError,
      "log 0 = -inf"),
+    (lambda q, k, v: forgetting_attention(q.float(), k.float(), v.float(), torch.full((2, 4, 6), -3e38)), ValueError,
+     "running sum overflows"),
     (lambda q, k, v: forgetting_attention(q, k, v, torch.zeros(2, 4, 5, dtype=torch.float64)), ValueError,
      "log_forget must be \\(B, H, T\\) = \\(2, 4, 6\\)"),
     (lambda q, k, v: forgetting_attention(q, k, v, torch.zeros(2, 4, 6)), TypeError, "log_forget.to\\(query\\)"),
@@ -201,6 +203,8 @@ def test_qk_clip_on_a_gated_layer_scales_only_the_query_rows_not_the_gate():
     (lambda q, k, v: forgetting_attention(q, k, v, torch.zeros(2, 4, 6, dtype=torch.float64), scale=0.0), ValueError,
      "scale must be a positive number"),
     (lambda q, k, v: stick_breaking_attention(q, k, v, attend_current="yes"), TypeError, "attend_current must be True"),
+    (lambda q, k, v: forgetting_attention(*(torch.ones(1, 1, 4, 4) * 1e18,) * 3, torch.zeros(1, 1, 4), scale=1e3),
+     ValueError, "the scores overflowed torch.float32"),
     (lambda q, k, v: stick_breaking_attention(q, k[..., :4], v, True), ValueError, "key and value must both be"),
 ])
 def test_hostile_functional_input_gets_a_sentence(call, error, words):

@@ -111,7 +111,7 @@ def softmax_with_sink_loop(scores, sink_logit):
     if sink.numel() != 1:
         raise ValueError(f"softmax_with_sink_loop takes one sink for every row (a number), got a tensor of shape "
                          f"{tuple(sink.shape)}; softmax_with_sink takes a sink per row or per head")
-    sink = float(sink)
+    sink = float(sink.detach())
     rows = scores.reshape(-1, scores.shape[-1]).tolist()
     out = []
     for row in rows:

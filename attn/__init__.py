@@ -11,10 +11,10 @@ self-checks among it). Imports run one way: common <- layers <- models <- measur
 
 import importlib
 
+from attn import softmax  # the module, callable as its NumPy softmax: attn.softmax(x), attn.softmax.softpick
 from attn.attention import causal_mask, padding_mask, scaled_dot_product_attention
 from attn.course.exercises import check
 from attn.positions import sinusoidal_positions
-from attn.softmax import softmax
 
 # PyTorch names and the modules that define them, imported on first use.
 _LAZY = {

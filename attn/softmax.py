@@ -1,7 +1,16 @@
-"""A numerically stable softmax in NumPy, and lesson 17's log-n scaling of the scores it reads."""
+"""A numerically stable softmax in NumPy, and lesson 17's log-n scaling of the scores it reads.
 
+The module is callable: ``attn.softmax(x, axis=-1)`` is its NumPy ``softmax`` (lessons 3 and 4), and
+``attn.softmax.X`` reaches the rest. Lesson 22's PyTorch softmaxes whose rows may sum to less than 1
+(``softmax_with_sink``, ``softpick`` and their loops) live in ``attn.softmax_variants`` and are reached
+from here as well, imported on first use, so that the NumPy lessons never import PyTorch.
+"""
+
+import importlib
 import math
 import operator
+import sys
+import types
 
 import numpy as np
 
@@ -107,3 +116,26 @@ def log_n_scale(length, context_length):
     if context_length < 2:
         raise ValueError(f"context_length must be at least 2 (log 1 = 0 cannot divide), got {context_length}")
     return 1.0 if length <= context_length else math.log(length) / math.log(context_length)
+
+
+_VARIANTS = {"softmax_with_sink", "softmax_with_sink_loop", "softpick", "softpick_loop"}  # attn.softmax_variants
+
+
+def __getattr__(name):
+    if name in _VARIANTS:
+        return getattr(importlib.import_module("attn.softmax_variants"), name)
+    raise AttributeError(f"module 'attn.softmax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_VARIANTS])
+
+
+class _CallableModule(types.ModuleType):
+    """This module's type: calling the module calls its NumPy softmax, so ``attn.softmax(x)`` works as it always has."""
+
+    def __call__(self, x, axis=-1):
+        return softmax(x, axis)
+
+
+sys.modules[__name__].__class__ = _CallableModule

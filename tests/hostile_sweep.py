@@ -215,6 +215,7 @@ TENSOR_NAMES = {
     "query_positions", "key_positions", "logsumexp", "row_max", "row_sum", "sink_logits", "scaled_logits", "key_padding_mask",
     "prompt", "sequences", "data", "angles", "cos_sin", "output", "outputs", "learned_sinks", "a", "b", "weight",
     "index_scores", "query_latent", "gates", "block_keep", "compressed_weights", "queries", "codes", "packed",
+    "log_forget", "max_logits",
 }
 INT_NAMES = {
     "length", "window", "embed_dim", "num_heads", "seed", "steps", "repeats", "sink_tokens", "head_dim", "vocab_size",
@@ -230,7 +231,7 @@ INT_NAMES = {
 FLOAT_NAMES = {
     "temperature", "dropout", "dropout_p", "base", "rotary_base", "rope_base", "scaling", "learning_rate", "top_p", "eps",
     "mlp_ratio", "atol", "query_std", "key_std", "budget_s", "case_budget_s", "timeout_s", "test_timeout_s", "timeout",
-    "qk_norm_eps", "scale", "ceiling_tflops", "factor", "mscale",
+    "qk_norm_eps", "scale", "ceiling_tflops", "factor", "mscale", "sink_logit", "lam", "lambda_init", "threshold",
 }
 PATH_NAMES = {"path", "out", "folder", "directory", "notebook", "root", "tests_folder", "log"}
 TEXT_NAMES = {"text", "name", "what", "exercise_id", "kind", "label", "title", "words", "noun", "source", "command"}
@@ -376,6 +377,8 @@ GOOD_BY_NAME = {
     # attn.block_sparse (lesson 18), with (1, 2, 4, 8) heads, blocks of 2 and no window: two gates, two blocks
     "gates": lambda paths: torch.rand(1, 2, 4, 2), "compressed_weights": lambda paths: torch.rand(1, 2, 4, 2),
     "block_keep": lambda paths: torch.ones(1, 2, 4, 2, dtype=torch.bool),
+    # attn.gates (lesson 22), with (1, 2, 4, 8) heads: a forget gate per token and head, a largest logit per head
+    "log_forget": lambda paths: -torch.rand(1, 2, 4), "max_logits": lambda paths: torch.tensor([1.0, 3.0]),
 }
 # What a parameter's name cannot tell: tried on every parameter of the kind, beside the SAMPLES taken in turn.
 ALWAYS = {

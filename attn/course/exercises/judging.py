@@ -82,8 +82,8 @@ def rounding_problem(answer, expected, what, whole=False):
 def _rounded_how(answer, expected, decimals=True):
     """How ``answer`` looks rounded from ``expected`` ("to 2 decimals", "to 3 significant digits"), or None.
 
-    Both float64 arrays; the answer is held to the precision of the narrowest float that holds all its entries
-    (``_precision``), so a float32 tensor rounded with ``.round(decimals=3)`` is recognised."""
+    Both float64 arrays; the answer is held to float32's precision when float32 holds all its entries, else to
+    1e-9 (``_precision``), so a float32 tensor rounded with ``.round(decimals=3)`` is recognised."""
     rtol = _precision(answer)
     with np.errstate(all="ignore"):
         for places in range(1, 7) if decimals else ():

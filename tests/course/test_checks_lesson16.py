@@ -56,6 +56,10 @@ def test_exercise_16_1_names_the_mistake(answer, words):
     (_cache_mib(heads=15), "multi-head"), (_cache_mib(tensors=1), "the keys alone"),
     (_cache_mib(bytes_per_number=4), "float32"), (_cache_mib(layers=1), "one layer's cache"),
     (160 * 2**20, "in bytes"), (160 * 2**20 / 1e6, "in MB"), (100.0, "too"),
+    # Two mistakes give the same number: the reply names both readings.
+    (_cache_mib(bytes_per_number=1), "1 byte per number"), (_cache_mib(bytes_per_number=1), "the keys alone"),
+    (_cache_mib(head_dim=128), "heads of d = 128"), (_cache_mib(head_dim=128), "4 bytes per number"),
+    (160 * 2**10, "size in KiB"), (160 / 2**10, "size in GiB"), (0.156, "size in GiB"),
 ])
 def test_exercise_16_2_names_the_mistake(answer, words):
     not_yet("16.2", answer, words)
@@ -84,3 +88,15 @@ def test_exercise_16_4_names_the_mistake(answer, words):
 def test_any_answer_gets_a_sentence(exercise_id, answer):
     reply = verdict(exercise_id, answer)
     assert reply.startswith("Not yet: ") and "Traceback" not in reply, reply
+
+
+@pytest.mark.parametrize("decimals", [1, 2, 3, 4])
+def test_a_float32_answer_rounded_is_told_it_looks_rounded(decimals):
+    """The lesson computes in float32: its weights rounded there are the float32 numbers nearest the rounded ones,
+    off by up to half of float32's epsilon, and the check still calls them rounded."""
+    import torch
+
+    weights = torch.tensor(_q4_1(), dtype=torch.float32)
+    for answer in (weights.round(decimals=decimals), np.round(weights.numpy(), decimals)):
+        not_yet("16.1", answer, "looks rounded")
+    assert verdict("16.1", weights).startswith("Correct: ")  # float32 itself is within the course's tolerance

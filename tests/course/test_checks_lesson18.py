@@ -61,6 +61,7 @@ def test_the_right_answers_are_the_course_s_functions():
     ([3, 4, 5], "sliding window"), ([1, 3], "off-by-one"), ([1, 3, 4, 5], "off-by-one"), ([1, 3, 6], "future key"),
     ([1, 2, 3], "not among the three best"), ([1, 1, 3], "appears twice"), ([1, 3, 9], "outside them"),
     ([[1, 3, 5]], "one list"), ([1], "holds 1"),
+    ([0, 1, 0, 1, 0, 1], "looks like a mask"), ([0, 1, 0, 1, 0, 1, 0, 0], "looks like a mask"),
 ])
 def test_exercise_18_1_names_the_mistake(answer, words):
     not_yet("18.1", answer, words)

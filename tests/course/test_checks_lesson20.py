@@ -188,6 +188,12 @@ RIGHT_BYTES = ring_bytes()
     (ring_bytes(sends=1), "one step's send"),
     (ring_bytes() * 3, "queries too"),
     (2 * RIGHT_BYTES, "and what it receives"),
+    # Several mistakes give the same number: the reply names every reading.
+    (ring_bytes(bytes_per_number=8), "float64"), (ring_bytes(bytes_per_number=8), "and what it receives"),
+    (RIGHT_BYTES * 8, "counts bits"), (RIGHT_BYTES * 8, "whole sequence's length"),
+    (ring_bytes() // 2, "heads of d = 64"), (ring_bytes(kv_heads=4), "4 key/value heads"),
+    (ring_bytes(kv_heads=4), "keys alone"), (ring_bytes(kv_heads=4), "bfloat16's 2 bytes"),
+    (939_520_000, "looks rounded"), (9.395e8, "looks rounded"), (9.4e8, "looks rounded"),
     (RIGHT_BYTES / 2**20, "in MiB"),
     (RIGHT_BYTES / 2**30, "in GiB"),
     (RIGHT_BYTES / 1e9, "in GB"),

@@ -56,15 +56,21 @@ def compare(answer, expected, what, atol=1e-6):
 compare_without_answer = compare  # the name the predict-first checks used; every check now hides the answer
 
 
-def rounding_problem(answer, expected, what):
+def rounding_problem(answer, expected, what, whole=False):
     """ "that looks rounded" when ``answer`` is ``expected`` rounded to a few decimals or digits, else None.
 
     The course's rule, stated on the welcome page: a value rounded as a lesson prints it is not the
     value, and the check says so rather than calling it wrong in some other way.
+    An answer whose every entry is a float32 number (computed in float32, then rounded, as the lessons' tensors
+    are) is judged at float32's precision. A whole-number ``expected`` (a count of bytes) is judged only when
+    ``whole`` is set, and then only on significant digits: 939,520,000 for 939,524,096.
     """
-    if expected.dtype.kind != "f" or answer.dtype.kind != "f" or np.array_equal(expected, np.round(expected)):
+    kinds = "fi" if whole else "f"
+    if expected.dtype.kind not in kinds or answer.dtype.kind not in kinds:
         return None
-    how = _rounded_how(answer, expected)
+    if np.array_equal(expected, np.round(expected)) and not whole:
+        return None
+    how = _rounded_how(answer.astype(np.float64), expected.astype(np.float64), decimals=not whole)
     if how is None:
         return None
     return (
@@ -73,18 +79,33 @@ def rounding_problem(answer, expected, what):
     )
 
 
-def _rounded_how(answer, expected):
-    """How ``answer`` looks rounded from ``expected`` ("to 2 decimals", "to 3 significant digits"), or None."""
+def _rounded_how(answer, expected, decimals=True):
+    """How ``answer`` looks rounded from ``expected`` ("to 2 decimals", "to 3 significant digits"), or None.
+
+    Both float64 arrays; the answer is held to float32's precision when float32 holds all its entries, else to
+    1e-9 (``_precision``), so a float32 tensor rounded with ``.round(decimals=3)`` is recognised."""
+    rtol = _precision(answer)
     with np.errstate(all="ignore"):
-        for decimals in range(1, 7):
-            target = np.round(expected, decimals)
-            if np.any(target != 0) and np.allclose(answer, target, rtol=1e-9, atol=1e-12):
-                return f"to {decimals} decimal{'s' if decimals > 1 else ''}"
+        for places in range(1, 7) if decimals else ():
+            target = np.round(expected, places)
+            if np.any(target != 0) and np.allclose(answer, target, rtol=rtol, atol=1e-12):
+                return f"to {places} decimal{'s' if places > 1 else ''}"
         for digits in range(2, 7):
             target = np.array([float(f"{value:.{digits}g}") for value in expected.ravel()]).reshape(expected.shape)
-            if np.allclose(answer, target, rtol=1e-9, atol=1e-12):
+            if not np.array_equal(target, expected) and np.allclose(answer, target, rtol=rtol, atol=1e-12):
                 return f"to {digits} significant digits"
     return None
+
+
+def _precision(answer):
+    """The relative tolerance a rounded answer is held to: float32's when every entry is a float32 number, else 1e-9.
+
+    A float32 value rounded to 3 decimals is the float32 nearest to the rounded number, within half of float32's
+    epsilon (6e-8) of it: a float64 tolerance of 1e-9 would miss it."""
+    finite = answer[np.isfinite(answer)]
+    if finite.size and np.array_equal(finite, finite.astype(np.float32).astype(np.float64)):
+        return float(np.finfo(np.float32).eps)
+    return 1e-9
 
 
 def how_far(answer, expected, what):

@@ -66,8 +66,8 @@ def _q4_1_block(weights, expected):
     return compare(weights, expected, "your weights", atol=1e-6)
 
 
-def _cache_mib(heads=KV_HEADS, tensors=2, bytes_per_number=BYTES, layers=LAYERS):
-    return tensors * layers * heads * HEAD_DIM * bytes_per_number * TOKENS / 2**20
+def _cache_mib(heads=KV_HEADS, tensors=2, bytes_per_number=BYTES, layers=LAYERS, head_dim=HEAD_DIM):
+    return tensors * layers * heads * head_dim * bytes_per_number * TOKENS / 2**20
 
 
 @exercise(
@@ -85,8 +85,11 @@ def _grouped_cache(size, expected):
     for mistake, hint in (
         (_cache_mib(heads=QUERY_HEADS), "that counts a key and a value for each of the 15 query heads (multi-head "
                                         "attention); here 5 key/value heads are shared, three query heads each"),
-        (_cache_mib(tensors=1), "that is the keys alone; the cache holds keys and values, twice as much"),
-        (_cache_mib(bytes_per_number=4), "that counts 4 bytes per number (float32); bfloat16 uses 2"),
+        # Two mistakes give each of the next two numbers: the reply names both readings.
+        (_cache_mib(tensors=1), "that is the keys alone, or 1 byte per number: the cache holds keys and values, "
+                                "and bfloat16 uses 2 bytes per number"),
+        (_cache_mib(bytes_per_number=4), "that counts 4 bytes per number (float32), or heads of d = 128: bfloat16 "
+                                         "uses 2 bytes per number, and these heads have d = 64"),
         (_cache_mib(layers=1), "that is one layer's cache; each of the 32 layers keeps its own"),
     ):
         if matches(size, mistake, atol=1e-3):
@@ -95,6 +98,10 @@ def _grouped_cache(size, expected):
         return "that is the size in bytes; divide by 2**20 for MiB."
     if matches(size, expected * 2**20 / 1e6, atol=1e-3):
         return "that is in MB (10**6 bytes); a MiB is 2**20 bytes."
+    if matches(size, expected * 2**10, atol=1e-3):
+        return "check the units: that looks like the size in KiB (2**10 bytes); the question asks for MiB (2**20 bytes)."
+    if matches(size, expected / 2**10, atol=1e-3):  # 0.156 as well as the whole value: the unit is the mistake
+        return "check the units: that looks like the size in GiB (2**30 bytes); the question asks for MiB (2**20 bytes)."
     return direction_only(size, expected, "your size in MiB")
 
 

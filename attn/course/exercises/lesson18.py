@@ -39,6 +39,9 @@ def _kept(top_k=KEEP_TOP_K, last=KEEP_POSITION, lowest=False):
 def _which_keys(positions, expected):
     if positions.ndim != 1:
         return "give the kept key positions as one list of whole numbers, such as [0, 1, 2]."
+    if positions.size > 2 and set(positions.tolist()) <= {0, 1}:
+        return ("that looks like a mask, a 0 or 1 for each key: give the kept keys' positions instead, a list of "
+                "three whole numbers such as [0, 1, 2].")
     positions = np.sort(positions)
     if len(np.unique(positions)) != len(positions):
         return "a key appears twice in your list; each kept key is one position, listed once."

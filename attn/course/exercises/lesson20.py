@@ -204,18 +204,22 @@ def _bytes_mistakes():
     return (
         (ring_bytes(sends=WORLD), "that passes the blocks on N times: after N - 1 steps every device has seen every "
                                   "block, and an N-th send would only bring each block back to its owner"),
-        (ring_bytes(tensors=1), "that counts the keys alone, or keys and values in bfloat16's 2 bytes a number: the "
-                                "values travel with the keys, a second block of the same size, and this layer runs in "
-                                "float32, 4 bytes a number"),
+        # Several mistakes give each of the next numbers: the reply names every reading.
+        (ring_bytes(tensors=1), "that counts the keys alone, or keys and values in bfloat16's 2 bytes a number, or "
+                                "heads of d = 64, or 4 key/value heads: the values travel with the keys, a second "
+                                "block of the same size, this layer runs in float32, 4 bytes a number, and its 8 "
+                                "key/value heads have d = 128"),
         (ring_bytes(kv_heads=HEADS), "that counts the 32 query heads: with grouped-query attention only the 8 "
                                      "key/value heads' keys and values travel"),
         (ring_bytes(bytes_per_number=1), "that is a count of numbers; the question asks for bytes, 4 to a float32"),
-        (ring_bytes(length=TOKENS), "that sends blocks of the whole sequence's length: each device holds and passes "
-                                    "on T / N positions at a time"),
+        (ring_bytes(length=TOKENS), "that sends blocks of the whole sequence's length, or counts bits: each device "
+                                    "holds and passes on T / N positions at a time, and the question asks for bytes, "
+                                    "8 bits each"),
         (ring_bytes(sends=1), "that is one step's send: the blocks go round N - 1 steps"),
         (ring_bytes(sends=WORLD - 1) * (HEADS + 2 * KV_HEADS) // (2 * KV_HEADS),
          "that sends the queries too: in ring attention the queries stay home and only keys and values travel"),
-        (2 * right, "that counts what the device sends and what it receives; the question asks for what it sends"),
+        (2 * right, "that counts what the device sends and what it receives, or 8 bytes a number (float64): the "
+                    "question asks for what it sends, and this layer runs in float32, 4 bytes a number"),
         (right / 2**20, "that is in MiB; give the number of bytes"),
         (right / 2**30, "that is in GiB; give the number of bytes"),
         (right / 1e6, "that is in MB; give the number of bytes"),
@@ -239,4 +243,5 @@ def _ring_bytes(sent, expected):
     for mistake, hint in _bytes_mistakes():
         if matches(sent, np.asarray(mistake, dtype=np.float64)):
             return hint + "."
-    return direction_only(sent, expected, "your number of bytes")
+    rounded = rounding_problem(sent, expected, "your number of bytes", whole=True)  # 939,520,000 or 9.395e8
+    return rounded or direction_only(sent, expected, "your number of bytes")

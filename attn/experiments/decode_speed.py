@@ -1,7 +1,7 @@
 """How fast the course's own model decodes (lesson 19): SmolLM2-135M on the course's layers against transformers'
 LlamaForCausalLM holding the same weights, and against the memory bound of a decoding step.
 
-    python -m attn.experiments.decode_speed --out lessons/benchmarks      # about 5 minutes on a quiet 2-core CPU
+    python -m attn.experiments.decode_speed --out lessons/records      # about 5 minutes on a quiet 2-core CPU
     python -m attn.experiments.decode_speed --out DIR --size tiny     # seconds: a small random LlamaLM
 
 A decoding step of one sequence multiplies one vector by every weight matrix of the model: it reads each weight

@@ -72,6 +72,7 @@ ALLOWED = (ValueError, TypeError, FileNotFoundError)
 # name (module.qualname, a method as module.Class.method; or a whole module) -> why it is not swept
 EXEMPT = {
     "attn.data.corpus.download_deb": "runs apt-get download (network); its refusals are tested in test_austen.py",
+    "attn.data.fashion.download_deb": "runs apt-get download (network), as attn.data.corpus.download_deb does",
     "attn.course.execute.execute": "runs notebooks in Jupyter kernels (seconds each); its command line is swept",
     "attn.measure.gpu.suite.run_suite": "runs the GPU suite's subprocesses for minutes; its command line is swept",
     "attn.measure.gpu.suite.main": "called by python -m attn.measure.bench after its own argument checks (swept)",

@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from attn.common.validate import positive_int, positive_number, require_computable, require_finite
+from attn.common.validate import has_only_finite, positive_int, positive_number, require_computable, require_finite
 
 
 def check_images(images, patch_size):
@@ -155,6 +155,16 @@ def _compute_dtype(x):
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+def _finite_result(x, turned):
+    """``turned`` in x's dtype, or a sentence where turning overflowed it (float16: a turned pair can be sqrt(2) times
+    longer than its largest feature, past 65,504)."""
+    turned = turned.to(x.dtype)
+    if x.dtype in (torch.float16, torch.bfloat16) and not has_only_finite(turned):
+        raise ValueError(f"x is finite, but rotating it overflows {x.dtype}: the largest |x| is {x.abs().max().item():.3g}; "
+                         "scale x down or use a wider dtype")
+    return turned
+
+
 def apply_rotary_2d_loop(x, rows, cols, frequencies):
     """``apply_rotary_2d`` one token and one pair at a time (slow; for reading and for tests)."""
     _check_rotary_input(x, rows, cols)
@@ -171,7 +181,7 @@ def apply_rotary_2d_loop(x, rows, cols, frequencies):
             a, b = x[..., t, 2 * i].to(compute), x[..., t, 2 * i + 1].to(compute)
             out[..., t, 2 * i] = a * torch.cos(angle) - b * torch.sin(angle)
             out[..., t, 2 * i + 1] = a * torch.sin(angle) + b * torch.cos(angle)
-    return out.to(x.dtype)
+    return _finite_result(x, out)
 
 
 def apply_rotary_2d(x, rows, cols, frequencies):
@@ -190,7 +200,7 @@ def apply_rotary_2d(x, rows, cols, frequencies):
     compute = _compute_dtype(x)
     frequencies = frequencies.to(device=x.device, dtype=compute)
     angles = torch.cat([rows.to(compute)[:, None] * frequencies, cols.to(compute)[:, None] * frequencies], dim=-1)
-    return _turn_pairs(x.to(compute), angles).to(x.dtype)  # angles (T, d/2) broadcast over the leading axes
+    return _finite_result(x, _turn_pairs(x.to(compute), angles))  # angles (T, d/2) broadcast over the leading axes
 
 
 def apply_rotary_mixed(x, rows, cols, row_frequencies, col_frequencies):
@@ -215,7 +225,7 @@ def apply_rotary_mixed(x, rows, cols, row_frequencies, col_frequencies):
     if row_frequencies.dim() == 2:  # (H, d/2) -> (H, 1, d/2), against (T, 1)
         row_frequencies, col_frequencies = row_frequencies[:, None], col_frequencies[:, None]
     angles = rows.to(compute)[:, None] * row_frequencies + cols.to(compute)[:, None] * col_frequencies
-    return _turn_pairs(x.to(compute), angles).to(x.dtype)
+    return _finite_result(x, _turn_pairs(x.to(compute), angles))
 
 
 def dinov3_coordinates(grid_height, grid_width):

@@ -55,7 +55,7 @@ def test_vit_model_equals_transformers_also_at_a_larger_grid():
     larger = torch.randn(1, 3, 20, 20, dtype=torch.float64)  # a 5 x 5 grid: learned positions resized (bicubic)
     reference = theirs(pixel_values=larger, interpolate_pos_encoding=True).last_hidden_state
     difference = largest_difference(ours.features(larger), reference)
-    assert difference < 1e-5, difference  # transformers resizes the table in float32
+    assert difference < 1e-12, difference
 
 
 def test_dinov2_with_registers_equals_transformers_with_the_registers_dropped():

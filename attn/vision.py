@@ -240,5 +240,87 @@ def dinov3_coordinates(grid_height, grid_width):
     return (scale * (2 * (rows + 0.5) / grid_height - 1)).double(), (scale * (2 * (cols + 0.5) / grid_width - 1)).double()
 
 
+
+
+# --- reading a trained ViT's attention (lesson 23's measures) --------------------------------------------------------
+
+
+def _check_weights(weights, grid_height, grid_width, prefix):
+    """weights (..., T, T) of finite real numbers with T = prefix + grid_height * grid_width; returns the ints."""
+    grid_height, grid_width = positive_int("grid_height", grid_height), positive_int("grid_width", grid_width)
+    if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
+        raise TypeError(f"prefix must be a whole number of 0 or more (the class token and registers), got {prefix!r:.40}")
+    require_computable("weights", weights)
+    if not weights.is_floating_point():
+        raise TypeError(f"weights must hold real numbers, got {weights.dtype}")
+    tokens = prefix + grid_height * grid_width
+    if weights.dim() < 2 or weights.shape[-2:] != (tokens, tokens):
+        raise ValueError(f"weights must have shape (..., T, T) with T = {prefix} + {grid_height} x {grid_width} = {tokens}, "
+                         f"got {tuple(weights.shape)}")
+    require_finite("weights", weights, "every distance read from it would be NaN")
+    return grid_height, grid_width, prefix
+
+
+def _patch_distances(grid_height, grid_width, dtype, device):
+    """(N, N): the distance between patch centres, in patches (Euclidean)."""
+    rows, cols = grid_positions(grid_height, grid_width)
+    offsets = torch.stack([rows, cols], dim=-1).to(dtype=dtype, device=device)  # (N, 2)
+    return torch.cdist(offsets, offsets)
+
+
+def attention_distance_loop(weights, grid_height, grid_width, prefix=1):
+    """``attention_distance`` one query patch at a time (slow; for reading and for tests)."""
+    grid_height, grid_width, prefix = _check_weights(weights, grid_height, grid_width, prefix)
+    rows, cols = grid_positions(grid_height, grid_width)
+    patches_count = grid_height * grid_width
+    total = torch.zeros(weights.shape[:-2], dtype=weights.dtype, device=weights.device)
+    for q in range(patches_count):
+        row = weights[..., prefix + q, prefix:]  # (..., N): what patch q gives to each patch
+        mass = row.sum(-1).clamp_min(torch.finfo(weights.dtype).tiny)
+        for k in range(patches_count):
+            distance = math.hypot(rows[q] - rows[k], cols[q] - cols[k])
+            total = total + row[..., k] / mass * distance
+    return total / patches_count
+
+
+def attention_distance(weights, grid_height, grid_width, prefix=1):
+    """How far, in patches, the patches read: the mean over query patches of sum_k w_qk |pos_q - pos_k|, (...,).
+
+    weights (..., T, T), T = prefix + N, the tokens ordered as the ViT orders them (class token and registers, then
+    the patches row-major); each query patch's weights on the patch keys are renormalised to sum to 1 (the share it
+    gives the class token or registers is set aside). A layer reading only its neighbours scores about 1; one
+    reading the whole grid evenly, the mean distance between two patches (about 3.6 on a 7 x 7 grid).
+    """
+    grid_height, grid_width, prefix = _check_weights(weights, grid_height, grid_width, prefix)
+    among = weights[..., prefix:, prefix:]  # (..., N, N): patches reading patches
+    among = among / among.sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+    distances = _patch_distances(grid_height, grid_width, weights.dtype, weights.device)  # (N, N)
+    return (among * distances).sum(-1).mean(-1)
+
+
+def attention_rollout(weights):
+    """Attention rollout (Abnar and Zuidema 2020): how much each token's input reaches each token's output, (B, T, T).
+
+    weights (num_layers, B, H, T, T), as VisionTransformer(..., need_weights=True) returns them. Each layer's heads
+    are averaged, the residual path added as an identity (0.5 W + 0.5 I, rows summing to 1), and the layers
+    multiplied from the first up. Row 0, from the class token, over the patches, is the map lessons draw.
+    """
+    require_computable("weights", weights)
+    if not weights.is_floating_point():
+        raise TypeError(f"weights must hold real numbers, got {weights.dtype}")
+    if weights.dim() != 5 or weights.shape[-1] != weights.shape[-2] or 0 in weights.shape:
+        raise ValueError(f"weights must have shape (num_layers, B, H, T, T), got {tuple(weights.shape)}")
+    require_finite("weights", weights, "the rollout would carry it to every token")
+    tokens = weights.shape[-1]
+    identity = torch.eye(tokens, dtype=weights.dtype, device=weights.device)
+    rollout = identity.expand(weights.shape[1], tokens, tokens)
+    for layer in weights:  # (B, H, T, T), first layer first
+        mixed = 0.5 * layer.mean(1) + 0.5 * identity
+        mixed = mixed / mixed.sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+        rollout = mixed @ rollout
+    return rollout
+
+
 __all__ = ["patches", "patches_loop", "grid_positions", "rotary_2d_frequencies", "apply_rotary_2d", "apply_rotary_2d_loop",
-           "apply_rotary_mixed", "dinov3_coordinates", "check_images"]
+           "apply_rotary_mixed", "dinov3_coordinates", "check_images", "attention_distance", "attention_distance_loop",
+           "attention_rollout"]

@@ -138,3 +138,41 @@ X, T4 = torch.randn(4, 16), torch.arange(4)
 def test_hostile_rotary_arguments_get_a_sentence(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+def test_attention_distance_equals_its_loop_and_measures_patches():
+    weights = torch.softmax(torch.randn(2, 3, 17, 17, dtype=torch.float64), dim=-1)  # class token + a 4 x 4 grid
+    fast, slow = vision.attention_distance(weights, 4, 4), vision.attention_distance_loop(weights, 4, 4)
+    assert fast.shape == (2, 3) and (fast - slow).abs().max().item() < 1e-12
+    itself = torch.eye(17, dtype=torch.float64)
+    assert vision.attention_distance(itself, 4, 4).item() == 0.0
+    right = torch.zeros(1 + 6, 1 + 6, dtype=torch.float64)  # a 1 x 6 grid: each patch reads the one to its right
+    for q in range(6):
+        right[1 + q, 1 + (q + 1 if q < 5 else 4)] = 1.0
+    assert vision.attention_distance(right, 1, 6).item() == pytest.approx(1.0)
+    even = torch.full((50, 50), 1 / 50, dtype=torch.float64)  # a 7 x 7 grid read evenly
+    rows, cols = vision.grid_positions(7, 7)
+    pairs = [math.hypot(r1 - r2, c1 - c2) for r1, c1 in zip(rows.tolist(), cols.tolist(), strict=True)
+             for r2, c2 in zip(rows.tolist(), cols.tolist(), strict=True)]
+    assert vision.attention_distance(even, 7, 7).item() == pytest.approx(sum(pairs) / len(pairs))
+
+
+def test_attention_rollout_keeps_rows_summing_to_one_and_mixes_layers_in_order():
+    weights = torch.softmax(torch.randn(3, 2, 4, 5, 5, dtype=torch.float64), dim=-1)
+    rollout = vision.attention_rollout(weights)
+    assert rollout.shape == (2, 5, 5) and torch.allclose(rollout.sum(-1), torch.ones(2, 5, dtype=torch.float64))
+    eye = torch.eye(5, dtype=torch.float64)
+    first, second = (0.5 * weights[i].mean(1) + 0.5 * eye for i in (0, 1))
+    expected = second @ first  # the second layer reads what the first produced
+    assert torch.allclose(vision.attention_rollout(weights[:2]), expected)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: vision.attention_distance(torch.ones(5, 5), 2, 3), r"T = 1 \+ 2 x 3 = 7"),
+    (lambda: vision.attention_distance(torch.full((5, 5), math.nan), 2, 2), "NaN"),
+    (lambda: vision.attention_distance(torch.ones(5, 5), 2, 2, prefix=-1), "prefix must be"),
+    (lambda: vision.attention_rollout(torch.ones(2, 5, 5)), r"\(num_layers, B, H, T, T\)"),
+])
+def test_hostile_attention_maps_get_a_sentence(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()

@@ -208,7 +208,9 @@ class VisionTransformer(nn.Module):
     def from_transformers(cls, model):
         """The course's copy of a transformers ViTModel, ViTForImageClassification, Dinov2WithRegistersModel or
         DINOv3ViTModel (weights, norms' eps, dtype), in eval mode. A model the course's layers cannot express (another
-        activation, a gated MLP, rectangular images or patches, a pooler the course does not have) gets a sentence."""
+        activation, a gated or SwiGLU MLP, rectangular images or patches) gets a sentence. ViTModel's pooler (a tanh
+        layer on the class token) is not copied: compare its last_hidden_state with ``features``. Their outputs hold
+        the registers after the class token; ``features`` drops them."""
         require_module("model", model, "a transformers ViTModel, ViTForImageClassification, Dinov2WithRegistersModel or "
                        "DINOv3ViTModel")
         readers = {"ViTModel": _vit_parts, "ViTForImageClassification": _vit_parts,

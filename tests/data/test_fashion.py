@@ -193,3 +193,21 @@ def test_the_real_files_hold_fashion_mnist():
     assert np.bincount(labels).tolist() == [1_000] * 10  # the test split is balanced
     assert labels[:3].tolist() == [9, 2, 1]  # an ankle boot, a pullover, a pair of trousers
     assert images.dtype == np.uint8 and images.max() == 255
+
+
+def test_without_apt_get_the_command_says_how_to_fetch_by_hand(tmp_path, monkeypatch):
+    monkeypatch.setattr(fashion_data.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit) as exit_info:
+        fashion.main(["--out", str(tmp_path / "fashion")])
+    assert "apt-get is not available here" in exit_info.value.code and "--deb FILE" in exit_info.value.code
+    assert not (tmp_path / "fashion").exists()
+
+
+def test_a_failed_download_gets_a_sentence(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(fashion_data.shutil, "which", lambda name: "/usr/bin/apt-get")
+    monkeypatch.setattr(fashion_data.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 100, "", "E: no network"))
+    with pytest.raises(SystemExit) as exit_info:
+        fashion.main(["--out", str(tmp_path / "fashion")])
+    assert "apt-get download dataset-fashion-mnist failed: E: no network" in exit_info.value.code

@@ -72,6 +72,7 @@ ALLOWED = (ValueError, TypeError, FileNotFoundError)
 # name (module.qualname, a method as module.Class.method; or a whole module) -> why it is not swept
 EXEMPT = {
     "attn.data.corpus.download_deb": "runs apt-get download (network); its refusals are tested in test_austen.py",
+    "attn.data.fashion.download_deb": "runs apt-get download (network), as attn.data.corpus.download_deb does",
     "attn.course.execute.execute": "runs notebooks in Jupyter kernels (seconds each); its command line is swept",
     "attn.measure.gpu.suite.run_suite": "runs the GPU suite's subprocesses for minutes; its command line is swept",
     "attn.measure.gpu.suite.main": "called by python -m attn.measure.bench after its own argument checks (swept)",
@@ -215,7 +216,7 @@ TENSOR_NAMES = {
     "query_positions", "key_positions", "logsumexp", "row_max", "row_sum", "sink_logits", "scaled_logits", "key_padding_mask",
     "prompt", "sequences", "data", "angles", "cos_sin", "output", "outputs", "learned_sinks", "a", "b", "weight",
     "index_scores", "query_latent", "gates", "block_keep", "compressed_weights", "queries", "codes", "packed",
-    "log_forget", "max_logits",
+    "log_forget", "max_logits", "images",
 }
 INT_NAMES = {
     "length", "window", "embed_dim", "num_heads", "seed", "steps", "repeats", "sink_tokens", "head_dim", "vocab_size",
@@ -226,7 +227,8 @@ INT_NAMES = {
     "start_step", "position", "n_examples", "n_pairs", "new_token", "num_merges", "bin_size", "held_out_tokens",
     "passage_length", "passages", "train_tokens", "size", "d_k", "new_tokens", "head", "block_start", "every", "q_position",
     "k_position", "digits", "minimum", "maximum", "limit", "element_size", "bytes_per_element", "target_layer", "nbytes",
-    "block_count", "top_blocks", "bits", "group_size", "residual", "budget", "kernel_size", "seen",
+    "block_count", "top_blocks", "bits", "group_size", "residual", "budget", "kernel_size", "seen", "grid_height",
+    "grid_width",
 }
 FLOAT_NAMES = {
     "temperature", "dropout", "dropout_p", "base", "rotary_base", "rope_base", "scaling", "learning_rate", "top_p", "eps",
@@ -379,6 +381,11 @@ GOOD_BY_NAME = {
     "block_keep": lambda paths: torch.ones(1, 2, 4, 2, dtype=torch.bool),
     # attn.gates (lesson 22), with (1, 2, 4, 8) heads: a forget gate per token and head, a largest logit per head
     "log_forget": lambda paths: -torch.rand(1, 2, 4), "max_logits": lambda paths: torch.tensor([1.0, 3.0]),
+    # attn.vision and attn.models.vit (lesson 23): two grayscale pictures of 4 x 4 pixels, read in patches of 2
+    "images": lambda paths: torch.rand(2, 1, 4, 4), "patch_size": 2,
+    "rows": lambda paths: torch.arange(4), "cols": lambda paths: torch.arange(4),  # a token's row and column
+    "row_frequencies": lambda paths: torch.ones(4), "col_frequencies": lambda paths: torch.ones(4),
+    "frequencies": lambda paths: torch.ones(2),  # 2D rotary's, for heads of 8 features (rope_checks takes NumPy's)
 }
 # What a parameter's name cannot tell: tried on every parameter of the kind, beside the SAMPLES taken in turn.
 ALWAYS = {
@@ -1106,10 +1113,12 @@ def _changed_sentinels():
 
 @functools.cache
 def course_file_names():
-    """Every file name the course's commands write or read: their modules' ``*_NAME`` constants, and the novels."""
+    """Every file name the course's commands write or read: their modules' ``*_NAME`` constants, the novels and
+    Fashion-MNIST's four IDX files."""
     from attn.data.corpus import TITLES
+    from attn.data.fashion import FILES
 
-    names = {f"{title}.txt" for title in TITLES}
+    names = {f"{title}.txt" for title in TITLES} | set(FILES)
     for module in public_modules():
         for attribute, value in vars(module).items():
             if attribute.endswith("_NAME") and isinstance(value, str) and "." in value and "/" not in value:

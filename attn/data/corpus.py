@@ -23,17 +23,16 @@ becomes one UTF-8 text file, one paragraph per line, in a folder that git ignore
 """
 
 import argparse
-import io
-import lzma
 import re
 import shutil
 import struct
 import subprocess
 import sys
-import tarfile
 import tempfile
 import zlib
 from pathlib import Path
+
+from attn.data.debian import deb_members
 
 PACKAGE = "r-cran-janeaustenr"
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +57,6 @@ LATIN1_MASK = 1 << 2
 # The package's files are about 1.6 MB packed and 5 MB unpacked; anything announcing far more is damaged or crafted,
 # and is refused before it is unpacked (a few hundred bytes of zlib can claim gigabytes).
 LARGEST_UNPACKED = 64 * 2**20
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 class _XDRReader:
@@ -238,55 +236,7 @@ def read_lazy_load(rdx_bytes, rdb_bytes):
 
 def deb_member(deb_bytes, suffix):
     """The bytes of the file whose path ends with ``suffix`` inside a .deb (an ar archive holding data.tar.*)."""
-    if not isinstance(deb_bytes, bytes | bytearray):
-        raise TypeError(f"deb_bytes must be bytes (the .deb file's contents), got {type(deb_bytes).__name__}")
-    if deb_bytes[:8] != b"!<arch>\n":
-        raise ValueError("this is not a .deb file (a Debian package starts with '!<arch>')")
-    position = 8
-    while position + 60 <= len(deb_bytes):
-        name = deb_bytes[position:position + 16].decode("latin-1").strip().rstrip("/")
-        size_field = deb_bytes[position + 48:position + 58].decode("latin-1").strip()
-        if not size_field.isdigit() or not size_field.isascii():
-            raise ValueError(f"the .deb's member {name!r} has the size {size_field!r}, not a number: the file is damaged")
-        size = int(size_field)
-        body = deb_bytes[position + 60:position + 60 + size]
-        if len(body) != size:
-            raise ValueError(f"the .deb's member {name!r} announces {size:,} bytes but the file ends first: it is truncated")
-        position += 60 + size + size % 2  # members are aligned to even offsets
-        if name.startswith("data.tar"):
-            return _tar_member(name, body, suffix)
-    raise ValueError("the .deb holds no data.tar member: the file is damaged or not a Debian package")
-
-
-def _tar_member(name, body, suffix):
-    """The file ending in ``suffix`` in the .deb's ``data.tar.*`` member ``body``; ValueError if there is none."""
-    if name.endswith(".zst") or body[:4] == ZSTD_MAGIC:
-        body = _unzstd(name, body)
-    try:
-        with tarfile.open(fileobj=io.BytesIO(body)) as archive:
-            for member in archive:
-                if member.name.lstrip("./").endswith(suffix) and member.isfile():
-                    if member.size > LARGEST_UNPACKED:
-                        raise ValueError(f"{member.name} announces {member.size:,} bytes, far more than the package holds")
-                    return archive.extractfile(member).read()
-    except (tarfile.TarError, EOFError, zlib.error, OSError, lzma.LZMAError) as error:
-        raise ValueError(f"the .deb's {name} is not a readable tar archive ({type(error).__name__}: {error})") from None
-    raise ValueError(f"the package holds no file ending in {suffix}: is it {PACKAGE}?")
-
-
-def _unzstd(name, body):
-    """``body`` unpacked from Zstandard with the ``zstd`` tool, or a sentence saying how to read it."""
-    tool = shutil.which("zstd")
-    if tool is None:
-        raise ValueError(
-            f"the .deb's {name} is compressed with Zstandard (as Ubuntu's packages are since 21.10), which Python's "
-            "standard library cannot unpack; install the zstd tool (apt-get install zstd) and run again, or use "
-            f"Debian's {PACKAGE} .deb (packed with xz) from https://packages.debian.org/stable/{PACKAGE}"
-        )
-    done = subprocess.run([tool, "-d", "-c", "-q"], input=body, capture_output=True, check=False)
-    if done.returncode != 0 or len(done.stdout) > LARGEST_UNPACKED:
-        raise ValueError(f"the .deb's {name} could not be unpacked by zstd: the file is damaged")
-    return done.stdout
+    return deb_members(deb_bytes, (suffix,), package=PACKAGE, largest=LARGEST_UNPACKED)[suffix]
 
 
 def paragraphs(lines):

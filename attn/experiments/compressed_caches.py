@@ -61,8 +61,8 @@ READING_NAME = "smollm2_reading.json"
 SHARES = (2, 4, 8, 16)  # each method holds 1 / share of the full cache's bytes
 RULES = ("h2o", "snapkv", "tova", "knorm", "streaming")
 SIZES = {
-    "full": {"passages": 5, "length": 256, "scored": 24, "plant_at": 32, "group_size": 32, "residual": 32, "seed": 0},
-    "tiny": {"passages": 3, "length": 32, "scored": 4, "plant_at": 4, "group_size": 4, "residual": 4, "seed": 0},
+    "full": {"passages": 5, "length": 256, "scored": 16, "plant_at": 32, "group_size": 32, "residual": 32, "seed": 0},
+    "tiny": {"passages": 2, "length": 32, "scored": 3, "plant_at": 4, "group_size": 4, "residual": 4, "seed": 0},
 }
 TINY_MODEL = {"vocab_size": 64, "context_length": 64, "embed_dim": 16, "num_heads": 2, "num_kv_heads": 1,
               "num_layers": 2, "mlp_hidden_dim": 32, "rotary_base": 10000.0}
@@ -170,8 +170,9 @@ def retrieval_sequence(filler, fact, question, answer, length, plant_at):
 
 
 def task_sequences(streams, settings, encode, generator):
-    """Per passage, the three tasks' (tokens (T,), tokens read at once, first scored position): loss, copy, retrieval. streams (3N, T):
-    evenly spread stretches of held-out text; ``encode`` turns text into ids (None: random ids, the tiny size)."""
+    """Per passage, the three tasks' (tokens (T,), tokens read at once, first scored position): loss, copy, retrieval.
+    streams (3N, T): evenly spread stretches of held-out text; ``encode`` turns text into ids (None: random ids, the
+    tiny size). Returns (the tasks, the secret numbers)."""
     count, length, scored = settings["passages"], settings["length"], settings["scored"]
     tasks = {"loss": [], "copy": [], "retrieval": []}
     numbers = []

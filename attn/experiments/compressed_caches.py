@@ -36,11 +36,14 @@ For the evicting caches, which heads they starve: the share of each head's full-
 copying task) that falls on entries the rule still holds, by lesson 16's head types, and how often the first position
 (the sink) is still held at the end of each task. Bytes read per decode step: the keys and values attention reads.
 
-Cost: the shipped record's time is in its ``seconds``; the size was chosen (passages, scored tokens) so that it runs
-in about 30 minutes on one thread of a 2-core machine shared with other work.
+Cost: about 20 minutes of one CPU thread (the shipped record's wall time is in its ``seconds``). The methods are
+measured in ``workers`` forked processes of one math thread each (2 for the full size): on the 2-core machine the
+record was made on, shared with other work, one process alone would have taken over an hour. The size (5 passages,
+16 scored tokens each) was chosen for that budget.
 """
 
 import math
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -61,8 +64,10 @@ READING_NAME = "smollm2_reading.json"
 SHARES = (2, 4, 8, 16)  # each method holds 1 / share of the full cache's bytes
 RULES = ("h2o", "snapkv", "tova", "knorm", "streaming")
 SIZES = {
-    "full": {"passages": 5, "length": 256, "scored": 16, "plant_at": 32, "group_size": 32, "residual": 32, "seed": 0},
-    "tiny": {"passages": 2, "length": 32, "scored": 3, "plant_at": 4, "group_size": 4, "residual": 4, "seed": 0},
+    "full": {"passages": 5, "length": 256, "scored": 16, "plant_at": 32, "group_size": 32, "residual": 32, "seed": 0,
+             "workers": 2},
+    "tiny": {"passages": 2, "length": 32, "scored": 3, "plant_at": 4, "group_size": 4, "residual": 4, "seed": 0,
+             "workers": 1},
 }
 TINY_MODEL = {"vocab_size": 64, "context_length": 64, "embed_dim": 16, "num_heads": 2, "num_kv_heads": 1,
               "num_layers": 2, "mlp_hidden_dim": 32, "rotary_base": 10000.0}
@@ -239,40 +244,10 @@ def measure(model, tasks, types, settings, progress=print):
             full[task].append(_scores(log_probs[scored - start:], task))
             full_seconds.append(seconds)
     copy_weights = [last_query_weights(model, tokens) for tokens, _, _ in tasks["copy"]]
-    record_methods = []
-    for method in methods(settings["length"], head_dim, settings["group_size"], settings["residual"]):
-        started = time.perf_counter()
-        scores = {task: [] for task in tasks}
-        held_shares, seconds, sink_kept, heads = [], [], [], []
-        for task, sequences in tasks.items():
-            for index, (tokens, start, scored) in enumerate(sequences):
-                log_probs, caches, held, step_seconds = read_sequence(model, tokens, start, method["make"])
-                scores[task].append(_scores(log_probs[scored - start:], task))
-                seconds.append(step_seconds)
-                if task == "loss":
-                    seen = range(start + 1, start + 1 + len(held))
-                    held_shares.append(sum(h / (full_per_token * t) for h, t in zip(held, seen, strict=True)) / len(held))
-                if method["family"] != "quantize":
-                    sink_kept.append(sum(bool((cache.positions == 0).any(dim=-1).all()) for cache in caches) / layers)
-                    if task == "copy":
-                        heads.append(_held_by_type(copy_weights[index], _kept_positions(caches, model.num_heads), types))
-        entry = {key: method[key] for key in ("name", "family", "target", "settings")}
-        entry["target"] = round(entry["target"], 4)
-        entry["bytes_share"] = round(sum(held_shares) / len(held_shares), 4)
-        entry["bytes_read_per_step"] = round(entry["bytes_share"] * full_per_token * settings["length"])
-        entry["seconds_per_step"] = round(sum(seconds) / len(seconds), 4)
-        for task in tasks:
-            entry[task] = [round(value, 4) for value in scores[task]]
-            entry[f"{task}_minus_full"] = _interval(scores[task], full[task])
-        if heads:
-            kinds = sorted({kind for table in heads for kind in table})
-            entry["held_by_head_type"] = {kind: round(sum(t[kind] for t in heads if kind in t)
-                                                      / sum(kind in t for t in heads), 4) for kind in kinds}
-            entry["sink_kept"] = round(sum(sink_kept) / len(sink_kept), 4)
-        record_methods.append(entry)
-        step(f"{method['name']} at 1/{round(1 / method['target'])}: {entry['bytes_share']:.3f} of the bytes, "
-             f"loss {entry['loss_minus_full']['mean']:+.3f}, copy {entry['copy_minus_full']['mean']:+.3f}, "
-             f"retrieval {entry['retrieval_minus_full']['mean']:+.3f} ({time.perf_counter() - started:.0f} s)")
+    chosen = methods(settings["length"], head_dim, settings["group_size"], settings["residual"])
+    context = {"model": model, "tasks": tasks, "types": types, "settings": settings, "full": full,
+               "copy_weights": copy_weights, "full_per_token": full_per_token, "methods": chosen, "step": step}
+    record_methods = _each_method(context, settings["workers"])
     counts = {}
     for row in types:
         for kind in row:
@@ -295,6 +270,62 @@ def measure(model, tasks, types, settings, progress=print):
         "methods": record_methods,
         "seconds": round(time.perf_counter() - began),
     }
+
+
+def _each_method(context, workers):
+    """Every method's entry, in the order of ``methods``: in this process, or split over ``workers`` forked processes
+    (each one math thread; a method's numbers do not depend on which process measures it, nor in which order)."""
+    global _CONTEXT
+    _CONTEXT = context
+    indices = range(len(context["methods"]))
+    if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_measure_method(index) for index in indices]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        return pool.map(_measure_method, indices, chunksize=1)
+
+
+_CONTEXT = None  # what the forked workers read: set by _each_method before they start
+
+
+def _measure_method(index):
+    """One method's entry of the record: its scores on every task, intervals, bytes and the heads it starves."""
+    context = _CONTEXT
+    model, tasks, settings, full = context["model"], context["tasks"], context["settings"], context["full"]
+    method, full_per_token, layers = context["methods"][index], context["full_per_token"], len(model.blocks)
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    scores = {task: [] for task in tasks}
+    held_shares, seconds, sink_kept, heads = [], [], [], []
+    for task, sequences in tasks.items():
+        for number, (tokens, start, scored) in enumerate(sequences):
+            log_probs, caches, held, step_seconds = read_sequence(model, tokens, start, method["make"])
+            scores[task].append(_scores(log_probs[scored - start:], task))
+            seconds.append(step_seconds)
+            if task == "loss":
+                seen = range(start + 1, start + 1 + len(held))
+                held_shares.append(sum(h / (full_per_token * t) for h, t in zip(held, seen, strict=True)) / len(held))
+            if method["family"] != "quantize":
+                sink_kept.append(sum(bool((cache.positions == 0).any(dim=-1).all()) for cache in caches) / layers)
+                if task == "copy":
+                    kept = _kept_positions(caches, model.num_heads)
+                    heads.append(_held_by_type(context["copy_weights"][number], kept, context["types"]))
+    entry = {key: method[key] for key in ("name", "family", "target", "settings")}
+    entry["target"] = round(entry["target"], 4)
+    entry["bytes_share"] = round(sum(held_shares) / len(held_shares), 4)
+    entry["bytes_read_per_step"] = round(entry["bytes_share"] * full_per_token * settings["length"])
+    entry["seconds_per_step"] = round(sum(seconds) / len(seconds), 4)
+    for task in tasks:
+        entry[task] = [round(value, 4) for value in scores[task]]
+        entry[f"{task}_minus_full"] = _interval(scores[task], full[task])
+    if heads:
+        kinds = sorted({kind for table in heads for kind in table})
+        entry["held_by_head_type"] = {kind: round(sum(t[kind] for t in heads if kind in t)
+                                                  / sum(kind in t for t in heads), 4) for kind in kinds}
+        entry["sink_kept"] = round(sum(sink_kept) / len(sink_kept), 4)
+    context["step"](f"{method['name']} at 1/{round(1 / method['target'])}: {entry['bytes_share']:.3f} of the bytes, "
+                    f"loss {entry['loss_minus_full']['mean']:+.3f}, copy {entry['copy_minus_full']['mean']:+.3f}, "
+                    f"retrieval {entry['retrieval_minus_full']['mean']:+.3f} ({time.perf_counter() - started:.0f} s)")
+    return entry
 
 
 def _settings(size):

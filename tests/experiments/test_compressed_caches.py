@@ -112,3 +112,20 @@ def test_the_shipped_record():
         if method["family"] != "quantize":
             assert method["target"] <= method["bytes_share"] < 1.15 * method["target"]
     assert RESULTS.stat().st_size < 100_000
+
+
+def test_the_methods_measured_in_forked_workers_are_those_measured_in_one_process(tmp_path, monkeypatch):
+    every = caches.methods
+
+    def few(*arguments):
+        chosen = every(*arguments)
+        return [chosen[0], chosen[5], chosen[-1]]  # KIVI, H2O, evict-then-quantize
+
+    monkeypatch.setattr(caches, "methods", few)
+    records = []
+    for workers in (1, 2):
+        monkeypatch.setitem(caches.SIZES, "tiny", dict(caches.SIZES["tiny"], workers=workers))
+        record = caches.run(tmp_path / str(workers), "tiny", progress=lambda line: None)
+        records.append([{key: value for key, value in entry.items() if key != "seconds_per_step"}
+                        for entry in record["methods"]])
+    assert records[0] == records[1] and [entry["name"] for entry in records[0]] == ["kivi", "h2o", "h2o_int8"]

@@ -7,9 +7,7 @@ budget counted in pages instead of entries. The expected value is never shown.
 """
 
 import numpy as np
-import torch
 
-from attn.compressed_cache import keep_indices, quantize
 from attn.course.exercises.answers import Array, Number
 from attn.course.exercises.directions import direction_only
 from attn.course.exercises.judging import compare, matches
@@ -29,6 +27,10 @@ LENGTH, SHARE, PAGE_SIZE = 512, 8, 16
 
 def _key_scales(per_token=False, levels=None, symmetric=False, divided=True):
     """KEYS' 2-bit asymmetric scales, one per channel over the four positions (KIVI's), or a mistake's."""
+    import torch  # here, not at the top: ``import attn`` and check() must not import torch
+
+    from attn.compressed_cache import quantize
+
     keys = torch.tensor(KEYS, dtype=torch.float64)
     if per_token:
         return quantize(keys, KEY_BITS, keys.shape[1], axis=1).scales[:, 0].numpy()
@@ -111,6 +113,10 @@ def _bytes(count, expected):
 
 def _kept(sinks=SINKS, window=WINDOW, lowest=False):
     """The positions an evicting cache keeps (or a mistake's), from the course's keep_indices."""
+    import torch
+
+    from attn.compressed_cache import keep_indices
+
     scores = torch.tensor(SCORES, dtype=torch.float64)[None, None]  # (1, 1, 10)
     positions = torch.arange(len(SCORES))[None, None]
     return keep_indices(-scores if lowest else scores, positions, BUDGET, sinks, window, len(SCORES))[0, 0].numpy()

@@ -30,6 +30,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson18,
     lesson19,
     lesson20,
+    lesson21,
     primer,
 )
 from attn.course.exercises.registry import EXERCISES, check, exercise, exercise_ids, verdict

@@ -1,0 +1,131 @@
+"""Lesson 21's measurement (attn.experiments.compressed_caches): the methods' sizes, one sequence read through a cache,
+the retrieval sequence, the kept share by head type, the refusals, the tiny command and the shipped record."""
+
+import json
+
+import pytest
+import torch
+
+from attn.compressed_cache import EvictingKVCache, QuantizedKVCache
+from attn.experiments import compressed_caches as caches
+from attn.models.llama import LlamaLM
+from tests.notebooks import ROOT
+
+RESULTS = ROOT / "lessons" / "records" / caches.RESULTS_NAME
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return LlamaLM(**caches.TINY_MODEL).eval()
+
+
+def test_every_method_is_sized_to_its_share_of_the_bytes():
+    chosen = caches.methods(256, 64, 32, 32)
+    names = [method["name"] for method in chosen]
+    assert names.count("kivi") == 4 and names.count("fp8") == 1 and names.count("h2o_int8") == 3
+    assert all(names.count(rule) == 4 for rule in caches.RULES)
+    for method in chosen:
+        cache = method["make"]()
+        if method["family"] == "evict":
+            assert isinstance(cache, EvictingKVCache) and cache.budget * method["target"] ** -1 == 256
+            assert cache.sink_tokens == (4 if method["name"] == "streaming" else 0)
+        elif method["family"] == "quantize":
+            assert isinstance(cache, QuantizedKVCache)
+        else:  # 8-bit codes of 64 channels with a float32 scale and zero point: 72 bytes an entry against 256
+            assert cache.bits == 8 and abs(cache.budget * 72 / (256 * 256) - method["target"]) < 0.01
+        assert method["make"]() is not cache  # a new cache at every call, one per layer
+
+
+def test_reading_through_the_full_cache_is_reading_at_once():
+    model, tokens = tiny_model(), torch.randint(64, (20,), generator=torch.Generator().manual_seed(1))
+    log_probs, held_caches, held, seconds = caches.read_sequence(model, tokens, 12)
+    with torch.no_grad():
+        reference = torch.log_softmax(model(tokens[None])[0].double(), dim=-1)[11:-1].gather(1, tokens[12:, None])[:, 0]
+    torch.testing.assert_close(log_probs, reference, rtol=0, atol=1e-5)
+    assert len(held) == 7 and held[-1] == sum(cache.nbytes for cache in held_caches) and seconds >= 0
+    budget_all = caches.read_sequence(model, tokens, 12, lambda: EvictingKVCache(20, "h2o", 0, 0))[0]
+    torch.testing.assert_close(budget_all, log_probs, rtol=0, atol=1e-5)  # a budget as long as the sequence: no change
+    small = caches.read_sequence(model, tokens, 12, lambda: EvictingKVCache(4, "h2o", 0, 0))[0]
+    assert (small - log_probs).abs().max() > 1e-4
+
+
+def test_the_retrieval_sequence_plants_the_fact_and_asks_at_the_end():
+    filler = torch.arange(100, 140)
+    fact, question, answer = torch.tensor([1, 2]), torch.tensor([3, 4, 5]), torch.tensor([6, 7])
+    tokens, asked, answered = caches.retrieval_sequence(filler, fact, question, answer, 30, 4)
+    assert len(tokens) == 30 and tokens[4:6].tolist() == [1, 2] and tokens[:4].tolist() == [100, 101, 102, 103]
+    assert tokens[asked:answered].tolist() == [3, 4, 5] and tokens[answered:].tolist() == [6, 7]
+    with pytest.raises(ValueError, match="cannot hold its fact"):
+        caches.retrieval_sequence(filler, fact, question, answer, 10, 4)
+
+
+def test_the_kept_share_by_head_type_counts_only_the_kept_positions():
+    weights = torch.tensor([[[0.5, 0.25, 0.25], [0.0, 0.0, 1.0]]], dtype=torch.float64)  # (L=1, H=2, T=3)
+    kept = [[{0}, {0, 1}]]
+    shares = caches._held_by_type(weights, kept, [["sink", "induction"]])
+    assert shares == {"sink": 0.5, "induction": 0.0, "all": 0.25}
+
+
+def test_a_size_that_does_not_exist_is_refused_with_a_sentence(tmp_path):
+    with pytest.raises(ValueError, match="size must be one of full, tiny"):
+        caches.run(tmp_path, size="huge")
+    with pytest.raises(TypeError, match="out must be a folder"):
+        caches.run(3, size="tiny")
+
+
+def test_the_tiny_command_writes_its_record(tmp_path, capsys):
+    caches.main(["--out", str(tmp_path), "--size", "tiny"])
+    assert "Wrote" in capsys.readouterr().out
+    record = json.loads((tmp_path / caches.RESULTS_NAME).read_text())
+    settings = caches.SIZES["tiny"]
+    assert record["provenance"]["threads"] == 1 and len(record["methods"]) == 28
+    for method in record["methods"]:
+        for task in ("loss", "copy", "retrieval"):
+            assert len(method[task]) == settings["passages"]
+            interval = method[f"{task}_minus_full"]
+            assert interval["low"] <= interval["mean"] <= interval["high"]
+        assert 0 < method["bytes_share"] < 1
+        assert ("held_by_head_type" in method) == (method["family"] != "quantize")
+
+
+def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for argv, words in ((["--out", str(tmp_path), "--size", "huge"], "invalid choice: 'huge'"),
+                        (["--size", "tiny"], "the following arguments are required: --out"),
+                        (["--out", str(blocker)], "--out")):
+        with pytest.raises(SystemExit) as exit_info:
+            caches.main(argv)
+        assert exit_info.value.code == 2 and words in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="the measurement has not been shipped in this tree")
+def test_the_shipped_record():
+    """Every method at its share of the bytes, a score per passage, and the head types of all 270 heads; the evicting
+    caches hold their share of the bytes to within the steps before the sequence's end."""
+    record = json.loads(RESULTS.read_text())
+    settings = caches.SIZES["full"]
+    assert record["size"] == "full" and record["settings"] == settings
+    assert sum(record["head_types"]["counts"].values()) == 270 and len(record["methods"]) == 28
+    for method in record["methods"]:
+        assert all(len(method[task]) == settings["passages"] for task in ("loss", "copy", "retrieval"))
+        if method["family"] != "quantize":
+            assert method["target"] <= method["bytes_share"] < 1.15 * method["target"]
+    assert RESULTS.stat().st_size < 100_000
+
+
+def test_the_methods_measured_in_forked_workers_are_those_measured_in_one_process(tmp_path, monkeypatch):
+    every = caches.methods
+
+    def few(*arguments):
+        chosen = every(*arguments)
+        return [chosen[0], chosen[5], chosen[-1]]  # KIVI, H2O, evict-then-quantize
+
+    monkeypatch.setattr(caches, "methods", few)
+    records = []
+    for workers in (1, 2):
+        monkeypatch.setitem(caches.SIZES, "tiny", dict(caches.SIZES["tiny"], workers=workers))
+        record = caches.run(tmp_path / str(workers), "tiny", progress=lambda line: None)
+        records.append([{key: value for key, value in entry.items() if key != "seconds_per_step"}
+                        for entry in record["methods"]])
+    assert records[0] == records[1] and [entry["name"] for entry in records[0]] == ["kivi", "h2o", "h2o_int8"]

@@ -15,4 +15,5 @@ DERIVED = {
         "1.2 \\times 10^{-38}": "2 ** -126",  # float32's smallest normal number, 2^-126
         "2.5": "5 / 2",  # five matrix products against a forward pass's two
     },
+    "21_compressed_caches": {"9.10": "log(9000)"},  # chance for four digits whose first is not 0: -ln 9,000
 }

@@ -116,6 +116,8 @@ EXEMPT = {
     "attn.experiments.smollm2_length, swept); it checks size, out and progress before loading anything",
     "attn.experiments.smollm2_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "
     "attn.experiments.smollm2_sparse, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.compressed_caches.run": "reads SmolLM2 through 28 compressed caches for minutes (python -m "
+    "attn.experiments.compressed_caches, swept); it checks size, out and progress before loading anything",
     "attn.experiments.decode_speed.run": "times SmolLM2 and transformers decoding for minutes (python -m "
     "attn.experiments.decode_speed, swept); it checks size, out and progress before loading anything",
     "attn.positions.RotaryAngles": "a record (NamedTuple) of checked rotary angles, built by rotary_angles (swept); "

@@ -50,6 +50,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional
 
+from attn.common.destinations import folder_problem
 from attn.common.stats import paired_interval
 from attn.common.validate import require_callable, type_name
 from attn.compressed_cache import EvictingKVCache, QuantizedKVCache, caches_for
@@ -79,7 +80,7 @@ ANSWER = " {number}"
 # The methods ----------------------------------------------------------------------------------------------------
 
 
-def methods(length, head_dim, group_size, residual):
+def _methods(length, head_dim, group_size, residual):
     """The compressed caches measured: a list of dicts with name, family, target share, settings and ``make`` (a
     function returning one new cache for one layer)."""
     chosen = []
@@ -126,7 +127,7 @@ def _maker(kind, *args, **kwargs):
 
 
 @torch.no_grad()
-def read_sequence(model, tokens, start, make=None):
+def _read_sequence(model, tokens, start, make=None):
     """Read ``tokens`` (T,) through caches from ``make`` (None: lesson 10's full KVCache): tokens 0 .. start - 1 at
     once (the prompt), then one decode step per token. Returns (log-probabilities (T - start,) of tokens start .. T - 1
     as each was predicted, the caches,
@@ -154,7 +155,7 @@ def _kept_positions(caches, num_heads):
 
 
 @torch.no_grad()
-def last_query_weights(model, tokens):
+def _last_query_weights(model, tokens):
     """Every head's full-cache attention of the last query over all keys: (L, H, T)."""
     _, weights = model(tokens[None], need_weights=True)  # (L, 1, H, T, T)
     return weights[:, 0, :, -1, :].double()
@@ -163,7 +164,7 @@ def last_query_weights(model, tokens):
 # The tasks' sequences --------------------------------------------------------------------------------------------
 
 
-def retrieval_sequence(filler, fact, question, answer, length, plant_at):
+def _retrieval_sequence(filler, fact, question, answer, length, plant_at):
     """(tokens (length,), where the question starts, where the answer starts): ``plant_at`` filler tokens, the fact,
     filler, the question, the answer."""
     rest = length - plant_at - len(fact) - len(question) - len(answer)
@@ -174,7 +175,7 @@ def retrieval_sequence(filler, fact, question, answer, length, plant_at):
     return tokens, length - len(answer) - len(question), length - len(answer)
 
 
-def task_sequences(streams, settings, encode, generator):
+def _task_sequences(streams, settings, encode, generator):
     """Per passage, the three tasks' (tokens (T,), tokens read at once, first scored position): loss, copy, retrieval.
     streams (3N, T): evenly spread stretches of held-out text; ``encode`` turns text into ids (None: random ids, the
     tiny size). Returns (the tasks, the secret numbers)."""
@@ -192,7 +193,7 @@ def task_sequences(streams, settings, encode, generator):
         else:
             fact, question, answer = (torch.tensor(encode(text.format(number=number)), dtype=torch.long)
                                       for text in (FACT, QUESTION, ANSWER))
-        tasks["retrieval"].append(retrieval_sequence(streams[2 * count + index], fact, question, answer, length,
+        tasks["retrieval"].append(_retrieval_sequence(streams[2 * count + index], fact, question, answer, length,
                                                      settings["plant_at"]))
     return tasks, numbers
 
@@ -223,7 +224,7 @@ def _held_by_type(weights, kept, types):
     return {kind: sum(values) / len(values) for kind, values in shares.items()}
 
 
-def measure(model, tasks, types, settings, progress=print):
+def _measure(model, tasks, types, settings, progress=print):
     """Every method of ``methods`` on every task's sequences (a dict task -> list of (tokens (T,), tokens read at once,
     first scored position)): a dict ready for JSON."""
     require_callable("progress", progress)
@@ -240,11 +241,11 @@ def measure(model, tasks, types, settings, progress=print):
     for task, sequences in tasks.items():
         full[task] = []
         for tokens, start, scored in sequences:
-            log_probs, _, _, seconds = read_sequence(model, tokens, start)
+            log_probs, _, _, seconds = _read_sequence(model, tokens, start)
             full[task].append(_scores(log_probs[scored - start:], task))
             full_seconds.append(seconds)
-    copy_weights = [last_query_weights(model, tokens) for tokens, _, _ in tasks["copy"]]
-    chosen = methods(settings["length"], head_dim, settings["group_size"], settings["residual"])
+    copy_weights = [_last_query_weights(model, tokens) for tokens, _, _ in tasks["copy"]]
+    chosen = _methods(settings["length"], head_dim, settings["group_size"], settings["residual"])
     context = {"model": model, "tasks": tasks, "types": types, "settings": settings, "full": full,
                "copy_weights": copy_weights, "full_per_token": full_per_token, "methods": chosen, "step": step}
     record_methods = _each_method(context, settings["workers"])
@@ -298,7 +299,7 @@ def _measure_method(index):
     held_shares, seconds, sink_kept, heads = [], [], [], []
     for task, sequences in tasks.items():
         for number, (tokens, start, scored) in enumerate(sequences):
-            log_probs, caches, held, step_seconds = read_sequence(model, tokens, start, method["make"])
+            log_probs, caches, held, step_seconds = _read_sequence(model, tokens, start, method["make"])
             scores[task].append(_scores(log_probs[scored - start:], task))
             seconds.append(step_seconds)
             if task == "loss":
@@ -339,6 +340,9 @@ def run(out, size="full", progress=print):
     settings = _settings(size)
     if not isinstance(out, str | Path):
         raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    problem = folder_problem(out)
+    if problem:
+        raise ValueError(problem)
     require_callable("progress", progress)
     torch.manual_seed(settings["seed"])
     generator = torch.Generator().manual_seed(settings["seed"])
@@ -367,10 +371,10 @@ def run(out, size="full", progress=print):
         streams, encode = held_out_streams(tokens, settings["length"], 3 * count), tokenizer.encode
         text = (f"{3 * count} evenly spread stretches of {TITLES[HELD_OUT]}, {count} for each task; {count} passages "
                 "were chosen so that the run takes about 30 minutes on one thread of a shared 2-core machine")
-    tasks, numbers = task_sequences(streams, settings, encode, generator)
+    tasks, numbers = _task_sequences(streams, settings, encode, generator)
     record = {"size": size, "text": text, "seed": settings["seed"], "settings": settings,
               "retrieval": {"fact": FACT, "question": QUESTION, "answer": ANSWER, "numbers": numbers},
-              **measure(model, tasks, head_types(reading), settings, progress)}
+              **_measure(model, tasks, head_types(reading), settings, progress)}
     return write_record(out, RESULTS_NAME, record, COMMAND, size)
 
 

@@ -20,7 +20,7 @@ def tiny_model():
 
 
 def test_every_method_is_sized_to_its_share_of_the_bytes():
-    chosen = caches.methods(256, 64, 32, 32)
+    chosen = caches._methods(256, 64, 32, 32)
     names = [method["name"] for method in chosen]
     assert names.count("kivi") == 4 and names.count("fp8") == 1 and names.count("h2o_int8") == 3
     assert all(names.count(rule) == 4 for rule in caches.RULES)
@@ -38,25 +38,25 @@ def test_every_method_is_sized_to_its_share_of_the_bytes():
 
 def test_reading_through_the_full_cache_is_reading_at_once():
     model, tokens = tiny_model(), torch.randint(64, (20,), generator=torch.Generator().manual_seed(1))
-    log_probs, held_caches, held, seconds = caches.read_sequence(model, tokens, 12)
+    log_probs, held_caches, held, seconds = caches._read_sequence(model, tokens, 12)
     with torch.no_grad():
         reference = torch.log_softmax(model(tokens[None])[0].double(), dim=-1)[11:-1].gather(1, tokens[12:, None])[:, 0]
     torch.testing.assert_close(log_probs, reference, rtol=0, atol=1e-5)
     assert len(held) == 7 and held[-1] == sum(cache.nbytes for cache in held_caches) and seconds >= 0
-    budget_all = caches.read_sequence(model, tokens, 12, lambda: EvictingKVCache(20, "h2o", 0, 0))[0]
+    budget_all = caches._read_sequence(model, tokens, 12, lambda: EvictingKVCache(20, "h2o", 0, 0))[0]
     torch.testing.assert_close(budget_all, log_probs, rtol=0, atol=1e-5)  # a budget as long as the sequence: no change
-    small = caches.read_sequence(model, tokens, 12, lambda: EvictingKVCache(4, "h2o", 0, 0))[0]
+    small = caches._read_sequence(model, tokens, 12, lambda: EvictingKVCache(4, "h2o", 0, 0))[0]
     assert (small - log_probs).abs().max() > 1e-4
 
 
 def test_the_retrieval_sequence_plants_the_fact_and_asks_at_the_end():
     filler = torch.arange(100, 140)
     fact, question, answer = torch.tensor([1, 2]), torch.tensor([3, 4, 5]), torch.tensor([6, 7])
-    tokens, asked, answered = caches.retrieval_sequence(filler, fact, question, answer, 30, 4)
+    tokens, asked, answered = caches._retrieval_sequence(filler, fact, question, answer, 30, 4)
     assert len(tokens) == 30 and tokens[4:6].tolist() == [1, 2] and tokens[:4].tolist() == [100, 101, 102, 103]
     assert tokens[asked:answered].tolist() == [3, 4, 5] and tokens[answered:].tolist() == [6, 7]
     with pytest.raises(ValueError, match="cannot hold its fact"):
-        caches.retrieval_sequence(filler, fact, question, answer, 10, 4)
+        caches._retrieval_sequence(filler, fact, question, answer, 10, 4)
 
 
 def test_the_kept_share_by_head_type_counts_only_the_kept_positions():
@@ -115,13 +115,13 @@ def test_the_shipped_record():
 
 
 def test_the_methods_measured_in_forked_workers_are_those_measured_in_one_process(tmp_path, monkeypatch):
-    every = caches.methods
+    every = caches._methods
 
     def few(*arguments):
         chosen = every(*arguments)
         return [chosen[0], chosen[5], chosen[-1]]  # KIVI, H2O, evict-then-quantize
 
-    monkeypatch.setattr(caches, "methods", few)
+    monkeypatch.setattr(caches, "_methods", few)
     records = []
     for workers in (1, 2):
         monkeypatch.setitem(caches.SIZES, "tiny", dict(caches.SIZES["tiny"], workers=workers))

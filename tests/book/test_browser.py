@@ -906,6 +906,10 @@ def test_search_snippets_read_as_text(site, browser):
     # Sphinx adds results one by one as it fetches each page's text: read them once it says it has finished.
     page.wait_for_function("document.querySelectorAll('#search-results li p.context').length >= 5"
                            " && document.body.innerText.includes('Search finished')", timeout=60_000)
+    # The list can still be re-sorted for a moment after that (a fresh clone's slower first visit saw three
+    # snippets): wait for the one read below, which fails here if it never comes.
+    page.wait_for_function("[...document.querySelectorAll('#search-results li p.context')]"
+                           ".some(p => p.innerText.includes('\u03c4 > 0'))", timeout=30_000)
     snippets = page.locator("#search-results li p.context").all_inner_texts()
     for snippet in snippets:
         assert not re.search(r"\\[()\[\]]|\\[A-Za-z]+|\$", snippet), f"TeX in a search snippet: {snippet}"

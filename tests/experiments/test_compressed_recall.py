@@ -41,13 +41,17 @@ def test_the_shipped_file_has_every_run():
     assert record["cache"]["runs"]["mla"]["cache_numbers_per_token"] == record["cache"]["runs"]["mqa"]["cache_numbers_per_token"]
 
 
-def test_one_shipped_run_reproduces():
-    """Multi-query attention, seed 0, retrained in full: the accuracy the lesson prints for it."""
+def test_one_shipped_run_reproduces_its_first_validation_loss():
+    """Multi-query attention, seed 0, retrained to its first evaluation (a seventh of the run): the shipped curve's first
+    point, so data, initialisation, training steps and the validation loss are the ones that made the record (the whole
+    run, 1,750 steps, cost 20 s of the suite). The stopping rule is held by
+    test_a_run_stops_when_its_validation_loss_stops_falling; the accuracy is computed by the same lines here."""
     record = json.loads(SHIPPED.read_text())
-    result = train_and_test(("mqa",), CACHE_TASK, seed=0)
     run = record["cache"]["runs"]["mqa"]
-    assert result["parameters"] == run["parameters"] and result["steps"] == run["steps"][0]
-    assert result["accuracy"] == pytest.approx(run["accuracy"][0], abs=0.003)
+    result = train_and_test(("mqa",), CACHE_TASK, seed=0, max_steps=record["eval_every"])
+    assert result["parameters"] == run["parameters"] and result["steps"] == record["eval_every"]
+    assert result["curve"] == [pytest.approx(run["curves"][0][0], abs=0.005)]
+    assert 0 <= result["accuracy"] <= 1
 
 
 def test_a_tiny_run_writes_the_same_file_twice(tmp_path):

@@ -24,15 +24,13 @@ becomes one UTF-8 text file, one paragraph per line, in a folder that git ignore
 
 import argparse
 import re
-import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import zlib
 from pathlib import Path
 
-from attn.data.debian import deb_members
+from attn.data.debian import apt_download, deb_argument, deb_members
 
 PACKAGE = "r-cran-janeaustenr"
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
@@ -267,18 +265,7 @@ def novels_from_deb(deb_bytes):
 
 def download_deb(folder):
     """``apt-get download r-cran-janeaustenr`` into ``folder``; the path of the .deb."""
-    if shutil.which("apt-get") is None:
-        raise SystemExit(
-            "apt-get is not available here (it is Debian's and Ubuntu's package tool). Download "
-            f"{PACKAGE}'s .deb from https://packages.debian.org/stable/{PACKAGE} by hand and run "
-            f"'{FETCH_COMMAND} --deb FILE', or run this command in WSL or a Debian container."
-        )
-    print(f"Downloading {PACKAGE} with apt-get (about 1.6 MB)...", flush=True)
-    done = subprocess.run(["apt-get", "download", PACKAGE], cwd=folder, capture_output=True, text=True)
-    debs = sorted(Path(folder).glob(f"{PACKAGE}_*.deb"))
-    if done.returncode != 0 or not debs:
-        raise SystemExit(f"apt-get download {PACKAGE} failed: {done.stderr.strip()} (try 'apt-get update' first)")
-    return debs[0]
+    return apt_download(PACKAGE, folder, FETCH_COMMAND, "about 1.6 MB")
 
 
 def write_corpus(novels, folder):
@@ -334,16 +321,7 @@ def _output_folder(text):  # --out: a folder for the novels' files (none a folde
     return folder_argument(*(f"{name}.txt" for name in TITLES), example="data/austen")(text)
 
 
-def _deb_file(text):
-    from attn.common.destinations import name_problem
-
-    problem = name_problem(text)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{path} is not a file; give the path of {PACKAGE}'s .deb")
-    return path
+_deb_file = deb_argument(PACKAGE, "about 1.6 MB")
 
 
 def main(argv=None):

@@ -6,12 +6,14 @@ wanted in one pass; every damaged or truncated archive ends in a ValueError sent
 tests/data/test_reader_fuzz.py and tests/data/test_fashion.py). Used by lesson 13's corpus and lesson 23's pictures.
 """
 
+import argparse
 import io
 import lzma
 import shutil
 import subprocess
 import tarfile
 import zlib
+from pathlib import Path
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 LARGEST_UNPACKED = 64 * 2**20  # a data.tar unpacked by zstd may hold no more
@@ -79,3 +81,46 @@ def _unzstd(name, body, package):
     if done.returncode != 0 or len(done.stdout) > LARGEST_UNPACKED:
         raise ValueError(f"the .deb's {name} could not be unpacked by zstd: the file is damaged")
     return done.stdout
+
+
+def apt_download(package, folder, command, size):
+    """``apt-get download PACKAGE`` into ``folder`` (no root needed, nothing installed); the path of the .deb.
+
+    ``command`` is the course's command that called it, named in the way out when apt-get is missing; ``size`` the
+    download's size in words ("about 31 MB"). Every failure is a SystemExit sentence.
+    """
+    if shutil.which("apt-get") is None:
+        raise SystemExit(
+            "apt-get is not available here (it is Debian's and Ubuntu's package tool). Download "
+            f"{package}'s .deb from https://packages.debian.org/stable/{package} by hand and run "
+            f"'{command} --deb FILE', or run this command in WSL or a Debian container."
+        )
+    print(f"Downloading {package} with apt-get ({size})...", flush=True)
+    done = subprocess.run(["apt-get", "download", package], cwd=folder, capture_output=True, text=True)
+    debs = sorted(Path(folder).glob(f"{package}_*.deb"))
+    if done.returncode != 0 or not debs:
+        raise SystemExit(f"apt-get download {package} failed: {done.stderr.strip()} (try 'apt-get update' first)")
+    return debs[0]
+
+
+LARGEST_DEB = 256 * 2**20  # a --deb file larger than this is not one of the course's packages: refused before reading
+
+
+def deb_argument(package, size):
+    """An argparse type for ``--deb FILE``: the path of an existing file no larger than LARGEST_DEB, or a sentence."""
+
+    def deb_file(text):
+        from attn.common.destinations import name_problem
+
+        problem = name_problem(text)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        path = Path(text)
+        if not path.is_file():
+            raise argparse.ArgumentTypeError(f"{path} is not a file; give the path of {package}'s .deb")
+        if path.stat().st_size > LARGEST_DEB:
+            raise argparse.ArgumentTypeError(f"{path} holds {path.stat().st_size:,} bytes, far more than {package}'s .deb "
+                                             f"({size}): is it the right file?")
+        return path
+
+    return deb_file

@@ -25,16 +25,14 @@ row-major.
 
 import argparse
 import hashlib
-import shutil
 import struct
-import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from attn.data.corpus import inflate
-from attn.data.debian import deb_members
+from attn.data.debian import apt_download, deb_argument, deb_members
 
 PACKAGE = "dataset-fashion-mnist"
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
@@ -127,18 +125,7 @@ def files_from_deb(deb_bytes):
 
 def download_deb(folder):
     """``apt-get download dataset-fashion-mnist`` into ``folder``; the path of the .deb."""
-    if shutil.which("apt-get") is None:
-        raise SystemExit(
-            "apt-get is not available here (it is Debian's and Ubuntu's package tool). Download "
-            f"{PACKAGE}'s .deb from https://packages.debian.org/stable/{PACKAGE} by hand and run "
-            f"'{FETCH_COMMAND} --deb FILE', or run this command in WSL or a Debian container."
-        )
-    print(f"Downloading {PACKAGE} with apt-get (about 31 MB)...", flush=True)
-    done = subprocess.run(["apt-get", "download", PACKAGE], cwd=folder, capture_output=True, text=True)
-    debs = sorted(Path(folder).glob(f"{PACKAGE}_*.deb"))
-    if done.returncode != 0 or not debs:
-        raise SystemExit(f"apt-get download {PACKAGE} failed: {done.stderr.strip()} (try 'apt-get update' first)")
-    return debs[0]
+    return apt_download(PACKAGE, folder, FETCH_COMMAND, "about 31 MB")
 
 
 def write_files(files, folder):
@@ -203,19 +190,7 @@ def _output_folder(text):  # --out: a folder for the four files (none a folder, 
     return folder_argument(*FILES, example="data/fashion")(text)
 
 
-def _deb_file(text):
-    from attn.common.destinations import name_problem
-
-    problem = name_problem(text)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{path} is not a file; give the path of {PACKAGE}'s .deb")
-    if path.stat().st_size > 256 * 2**20:
-        raise argparse.ArgumentTypeError(f"{path} holds {path.stat().st_size:,} bytes, far more than {PACKAGE}'s .deb "
-                                         "(about 31 MB): is it the right file?")
-    return path
+_deb_file = deb_argument(PACKAGE, "about 31 MB")
 
 
 def main(argv=None):

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn import fashion
+from attn.data import debian
 from attn.data import fashion as fashion_data
 from tests.data.test_austen import a_deb
 from tests.data.test_reader_fuzz import FLIPS, damaged, sentence_or_result
@@ -196,7 +197,7 @@ def test_the_real_files_hold_fashion_mnist():
 
 
 def test_without_apt_get_the_command_says_how_to_fetch_by_hand(tmp_path, monkeypatch):
-    monkeypatch.setattr(fashion_data.shutil, "which", lambda name: None)
+    monkeypatch.setattr(debian.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit) as exit_info:
         fashion.main(["--out", str(tmp_path / "fashion")])
     assert "apt-get is not available here" in exit_info.value.code and "--deb FILE" in exit_info.value.code
@@ -206,8 +207,8 @@ def test_without_apt_get_the_command_says_how_to_fetch_by_hand(tmp_path, monkeyp
 def test_a_failed_download_gets_a_sentence(tmp_path, monkeypatch):
     import subprocess
 
-    monkeypatch.setattr(fashion_data.shutil, "which", lambda name: "/usr/bin/apt-get")
-    monkeypatch.setattr(fashion_data.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 100, "", "E: no network"))
+    monkeypatch.setattr(debian.shutil, "which", lambda name: "/usr/bin/apt-get")
+    monkeypatch.setattr(debian.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 100, "", "E: no network"))
     with pytest.raises(SystemExit) as exit_info:
         fashion.main(["--out", str(tmp_path / "fashion")])
     assert "apt-get download dataset-fashion-mnist failed: E: no network" in exit_info.value.code

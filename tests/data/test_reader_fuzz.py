@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attn.data import corpus
+from attn.data import corpus, debian
 from tests.data.test_austen import SHORT_NOVELS, a_deb, lazy_load_files, r_character_vector, r_header, xdr_int
 from tests.hostile_sweep import raised_by_the_course, time_limit
 
@@ -146,7 +146,7 @@ def test_a_deb_packed_with_zstd_is_read_with_the_zstd_tool(tmp_path):
 
 def test_a_deb_packed_with_zstd_without_the_tool_gets_a_sentence(tmp_path, monkeypatch):
     deb = zstd_deb(tmp_path)
-    monkeypatch.setattr(corpus.shutil, "which", lambda name: None)
+    monkeypatch.setattr(debian.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match=r"compressed with Zstandard .* install the zstd tool"):
         corpus.novels_from_deb(deb)
 

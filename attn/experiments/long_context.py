@@ -44,7 +44,7 @@ from attn.common.arguments import whole_number_argument
 from attn.common.destinations import folder_argument
 from attn.common.validate import positive_int, require_callable, require_choice, require_token_ids, type_name, whole_number
 from attn.experiments.austen_heads import check_course_decoder
-from attn.experiments.records import write_record
+from attn.experiments.records import check_out, settings_for, write_record
 from attn.experiments.window_austen import held_out_streams, set_window
 from attn.positions import ntk_aware_base
 
@@ -250,11 +250,6 @@ def fine_tune(model, scheme, tokens, length, steps, batch_size, learning_rate, s
     return tuned.eval(), losses
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
-
 
 def measure(model, held_out_tokens, training_tokens, settings, progress=print):
     """Every reading and fine-tune of this module: a dict ready for JSON. held_out_tokens (N,) and training_tokens (M,)
@@ -305,9 +300,8 @@ def run(out, size="full", models=None, corpus=None, fine_tune_steps=None, progre
     from attn.models.lm import HELD_OUT, load
     from attn.models.lm_training import split_novels, token_tensor
 
-    settings = _settings(size)
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    settings = settings_for(SIZES, size)
+    check_out(out)
     require_callable("progress", progress)
     if fine_tune_steps is not None:
         settings["fine_tune_steps"] = positive_int("fine_tune_steps", fine_tune_steps)

@@ -26,9 +26,9 @@ import time
 
 import torch
 
-from attn.common.validate import require_callable, type_name
+from attn.common.validate import require_callable
 from attn.experiments import long_context
-from attn.experiments.records import sized_command, write_record
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 
 RESULTS_NAME = "long_context_recall.json"
 COMMAND = "python -m attn.experiments.long_context_recall"
@@ -125,23 +125,16 @@ def _measure(model, held_out_tokens, settings, progress):
     return record
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
-
 
 def run(out, size="full", progress=print):
     """Load lesson 13's model and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record."""
-    from pathlib import Path
 
     from attn.data.corpus import TITLES, austen
     from attn.models.lm import HELD_OUT, load
     from attn.models.lm_training import split_novels, token_tensor
 
-    settings = _settings(size)
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    settings = settings_for(SIZES, size)
+    check_out(out)
     require_callable("progress", progress)
     _, held_out_text = split_novels(austen())  # the corpus first: a missing one costs nothing
     model, tokenizer = load()

@@ -20,6 +20,32 @@ from attn.common.validate import require_callable, type_name
 RECORDS_FOLDER = Path(__file__).resolve().parents[2] / "lessons" / "records"  # the records the lessons read
 
 
+def settings_for(sizes, size):
+    """A copy of ``sizes[size]`` (a command's settings at one --size), or a ValueError naming the sizes there are."""
+    if not isinstance(size, str) or size not in sizes:
+        raise ValueError(f"size must be one of {', '.join(sizes)}, got {type_name(size)} {size!r:.60}")
+    return dict(sizes[size])
+
+
+def check_out(out):
+    """Refuse, before any work, an ``out`` that is not a folder's path or that write_record could not write into."""
+    if not isinstance(out, str | Path):
+        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    problem = folder_problem(out)
+    if problem:
+        raise ValueError(problem)
+
+
+def shipped_record(name):
+    """The record ``name`` ("smollm2_reading.json") from lessons/records, which another command reads; a sentence
+    naming the command that writes it if it is missing."""
+    path = RECORDS_FOLDER / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run python -m attn.experiments.{Path(name).stem} "
+                                "--out lessons/records first")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def write_record(out, name, record, command, size="full"):
     """Add ``record["provenance"]`` and write ``record`` as JSON to ``out``/``name``; returns ``record``.
 
@@ -27,11 +53,7 @@ def write_record(out, name, record, command, size="full"):
     record: a dict; command: how the record is made ("python -m attn.experiments.long_context"); size: the command's
     --size ("full" is its default, so it is left out of the command shown).
     """
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
-    problem = folder_problem(out)
-    if problem:
-        raise ValueError(problem)
+    check_out(out)
     for label, value in (("name", name), ("command", command), ("size", size)):
         if not isinstance(value, str) or not value:
             raise TypeError(f"{label} must be a non-empty str, got {type_name(value)} {value!r:.60}")

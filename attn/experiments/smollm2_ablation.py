@@ -22,9 +22,9 @@ import time
 
 import torch
 
-from attn.common.validate import require_callable, type_name
+from attn.common.validate import require_callable
 from attn.experiments import austen_heads
-from attn.experiments.records import sized_command, write_record
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 from attn.experiments.smollm2_reading import top_heads
 
 RESULTS_NAME = "smollm2_ablation.json"
@@ -118,23 +118,16 @@ def _measure(model, tokens, settings, progress):
     return record
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
-
 
 def run(out, size="full", progress=print):
     """Load SmolLM2 and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record."""
-    from pathlib import Path
 
     from attn.data.corpus import austen
     from attn.models.lm import HELD_OUT
     from attn.pretrained import load
 
-    settings = _settings(size)
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    settings = settings_for(SIZES, size)
+    check_out(out)
     require_callable("progress", progress)
     text = austen()[HELD_OUT]  # the corpus first: a missing one costs nothing
     model, tokenizer = load()

@@ -26,7 +26,6 @@ give a spread, not a precise one. Cost: about 280 s a stretch, 14 minutes in all
 
 import copy
 import time
-from pathlib import Path
 
 import torch
 from torch.nn import functional
@@ -34,7 +33,7 @@ from torch.nn import functional
 from attn.common.validate import require_callable, require_choice, require_token_ids, type_name, whole_number
 from attn.experiments.austen_heads import check_course_decoder
 from attn.experiments.long_context import bin_means
-from attn.experiments.records import sized_command, write_record
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 from attn.experiments.window_austen import held_out_streams
 
 RESULTS_NAME = "smollm2_length.json"
@@ -153,11 +152,6 @@ def measure(model, streams, settings, progress=print):
     return record
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
-
 
 def _tiny_model_and_streams(settings):
     """The tiny size's stand-ins: a small random LlamaLM (seeded) and random token stretches (S, n + 1)."""
@@ -172,9 +166,8 @@ def _tiny_model_and_streams(settings):
 
 def run(out, size="full", progress=print):
     """Load SmolLM2 and the held-out novel (the tiny size: stand-ins), measure, write ``out``/RESULTS_NAME; returns it."""
-    settings = _settings(size)
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    settings = settings_for(SIZES, size)
+    check_out(out)
     require_callable("progress", progress)
     if size == "tiny":
         model, streams = _tiny_model_and_streams(settings)

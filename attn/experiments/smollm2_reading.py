@@ -22,7 +22,6 @@ domain and on the web). Each measure is made on several passages, so the lesson 
 
 import math
 import time
-from pathlib import Path
 
 import torch
 from torch.nn import functional
@@ -32,7 +31,7 @@ from attn.common.validate import positive_int, require_callable, require_text, t
 from attn.data.corpus import TITLES
 from attn.experiments import austen_heads, window_austen
 from attn.experiments import smollm2_reading_checks as checks
-from attn.experiments.records import sized_command, write_record
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 from attn.models.lm import HELD_OUT
 
 RESULTS_NAME = "smollm2_reading.json"
@@ -265,7 +264,7 @@ def _stream_record(model, streams, windows, sink_tokens, bin_size, progress):
 
 def measure(model, tokenizer, austen_model, austen_tokenizer, novels, size="full", progress=print):
     """Every measure of this module, a dict ready for JSON; ``novels`` as attn.corpus.austen() gives."""
-    settings = _settings(size)
+    settings = settings_for(SIZES, size)
     austen_heads.check_course_decoder(model)
     austen_heads.check_course_decoder(austen_model)
     text = novels[HELD_OUT]
@@ -343,11 +342,6 @@ def measure(model, tokenizer, austen_model, austen_tokenizer, novels, size="full
     return record
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r}")
-    return SIZES[size]
-
 
 def run(out, size="full", progress=print):
     """Load both models and the corpus, measure, write ``out``/RESULTS_NAME; returns the record."""
@@ -355,9 +349,8 @@ def run(out, size="full", progress=print):
     from attn.lm import load as load_austen
     from attn.pretrained import load
 
-    _settings(size)
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    settings_for(SIZES, size)
+    check_out(out)
     require_callable("progress", progress)
     novels = austen()
     model, tokenizer = load()

@@ -31,9 +31,7 @@ about 330 s for the dense reading, about 970 s for the oracle on every layer (it
 weights, once masked), 340 s for the window and 355 s for the indexers' losses.
 """
 
-import json
 import time
-from pathlib import Path
 
 import torch
 from torch.nn import functional
@@ -41,7 +39,7 @@ from torch.nn import functional
 from attn.common.stats import paired_interval
 from attn.common.validate import is_whole_number, require_callable, require_token_ids, type_name
 from attn.experiments.austen_heads import check_course_decoder
-from attn.experiments.records import RECORDS_FOLDER, sized_command, write_record
+from attn.experiments.records import check_out, settings_for, shipped_record, sized_command, write_record
 from attn.experiments.topk_reading import (
     MIN_GAIN,
     SINK_TOKENS,
@@ -136,11 +134,6 @@ def _stand_in_reading(num_layers, num_heads):
 
 # The whole record ----------------------------------------------------------------------------------------------
 
-
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
 
 
 @torch.no_grad()
@@ -350,9 +343,8 @@ def _training_passages(tokenizer, novels, settings):
 
 def run(out, size="full", progress=print):
     """Load SmolLM2, the corpus and lesson 16's record (the tiny size: stand-ins), measure, write ``out``/RESULTS_NAME."""
-    settings = _settings(size)
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
+    settings = settings_for(SIZES, size)
+    check_out(out)
     require_callable("progress", progress)
     if size == "tiny":
         model, passages, train, valid = _tiny_model_and_passages(settings)
@@ -363,11 +355,7 @@ def run(out, size="full", progress=print):
         from attn.models.lm import HELD_OUT
         from attn.pretrained import load
 
-        reading_path = RECORDS_FOLDER / READING_NAME
-        if not reading_path.exists():
-            raise FileNotFoundError(f"{reading_path} is missing: run python -m attn.experiments.smollm2_reading "
-                                    "--out lessons/records first")
-        reading = json.loads(reading_path.read_text())
+        reading = shipped_record(READING_NAME)
         novels = austen()
         model, tokenizer = load()
         tokens = torch.tensor(tokenizer.encode(novels[HELD_OUT]), dtype=torch.long)

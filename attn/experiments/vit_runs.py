@@ -55,9 +55,9 @@ VIT_ARMS = ("learned", "rotary_2d", "registers")
 CANVAS, OFFSETS = 56, (0, 14, 28)  # a 56 x 56 canvas: an 8 x 8 grid; the picture at 9 patch-aligned places
 BACKGROUND = 0.05  # a patch with no pixel above this is background
 SIZES = {
-    "full": {"seeds": [0, 1, 2], "train_count": 55_000, "valid_count": 5_000, "test_count": 10_000,
-             "batch_size": 128, "learning_rate": 1e-3, "eval_every": 200, "patience": 3, "min_gain": 0.002,
-             "max_steps": 2_000, "analysis_count": 1_000, "rollout_count": 4, "canvas_count": 2_000},
+    "full": {"seeds": [0, 1, 2], "train_count": 55_000, "valid_count": 2_000, "test_count": 10_000,
+             "batch_size": 64, "learning_rate": 1e-3, "eval_every": 150, "patience": 3, "min_gain": 0.002,
+             "max_steps": 1_500, "analysis_count": 500, "rollout_count": 4, "canvas_count": 1_000},
     "tiny": {"seeds": [0, 1], "train_count": 512, "valid_count": 128, "test_count": 128, "batch_size": 32,
              "learning_rate": 1e-3, "eval_every": 2, "patience": 1, "min_gain": 0.002, "max_steps": 4,
              "analysis_count": 16, "rollout_count": 2, "canvas_count": 16},
@@ -108,18 +108,17 @@ def load_data(settings):
     from attn.data.fashion import fashion_mnist
 
     images, labels = fashion_mnist("train")
-    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0)).numpy()
     train = order[:settings["train_count"]]
     valid = order[len(order) - settings["valid_count"]:]
     test_images, test_labels = fashion_mnist("test")
 
-    def tensors(pixels, classes):
+    def tensors(pixels, classes):  # only the pictures used are made floats
         return torch.from_numpy(np.ascontiguousarray(pixels)).float().div(255)[:, None], torch.from_numpy(classes).long()
 
-    all_images, all_labels = tensors(images, labels)
-    test = tensors(test_images[:settings["test_count"]], test_labels[:settings["test_count"]])
-    return {"train": (all_images[train], all_labels[train]), "valid": (all_images[valid], all_labels[valid]),
-            "test": test}
+    count = settings["test_count"]
+    return {"train": tensors(images[train], labels[train]), "valid": tensors(images[valid], labels[valid]),
+            "test": tensors(test_images[:count], test_labels[:count])}
 
 
 def predict(model, images):

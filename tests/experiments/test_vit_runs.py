@@ -88,3 +88,21 @@ def test_the_shipped_record_covers_every_arm_and_seed_and_says_how_each_run_ende
             assert len(run["distance"]) == vit_runs.NUM_LAYERS and len(run["rollout"]) == settings["rollout_count"]
     for interval in record["comparisons"].values():
         assert interval["low"] <= interval["mean"] <= interval["high"]
+
+
+def test_a_baseline_run_reproduces_its_first_validation_accuracy():
+    """The data split, the batches and the seeding repeat: logistic regression's first measurement, from the record."""
+    record = json.loads(RESULTS.read_text())
+    settings = dict(record["settings"], max_steps=record["settings"]["eval_every"], test_count=10)
+    try:
+        data = vit_runs.load_data(settings)
+    except FileNotFoundError:
+        pytest.skip(FASHION_ABSENT)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the command runs
+    try:
+        _, summary = vit_runs.train("logistic", 0, data, settings, progress=lambda line: None)
+    finally:
+        torch.set_num_threads(threads)
+    shipped = next(run for run in record["runs"] if (run["arm"], run["seed"]) == ("logistic", 0))
+    assert summary["curve"][0] == pytest.approx(shipped["curve"][0], abs=1e-3)

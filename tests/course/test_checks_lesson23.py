@@ -47,7 +47,8 @@ def test_the_right_answers_are_the_course_s_own():
 @pytest.mark.parametrize(("answer", "words"), [
     (_patches(grid_column_first=True), "read column-first: the grid"), (_patches(pixels_column_first=True), "pixels"),
     (_patches(True, True), "twice"), (np.arange(16).reshape(4, 4), "picture's rows"),
-    (np.arange(16).reshape(4, 4).T, "picture's columns"), ([PATCHES], "drop the batch axis"), ([[0, 1], [2, 3]], "one row per patch"),
+    (np.arange(16).reshape(4, 4).T, "picture's columns"), ([PATCHES], "drop the batch axis"),
+    ([[0, 1], [2, 3]], "one row per patch"),
     ([[0, 1, 4, 5], [2, 3, 6, 7], [8, 9, 12, 13], [10, 11, 14, 16]], "index (3, 3)"), ("patches", "array of numbers"),
 ])
 def test_exercise_23_1_names_the_mistake(answer, words):

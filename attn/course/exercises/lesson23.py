@@ -207,8 +207,8 @@ def _package_shape():
 
     from attn.models.vit import VisionTransformer
 
-    model = VisionTransformer(IMAGE, VIT_PATCH, WIDTH, 4, 1, 0, registers=REGISTERS)
-    with torch.no_grad():
+    with torch.random.fork_rng(), torch.no_grad():  # its random weights leave the learner's random numbers alone
+        model = VisionTransformer(IMAGE, VIT_PATCH, WIDTH, 4, 1, 0, registers=REGISTERS)
         return tuple(model.features(torch.zeros(BATCH, 1, IMAGE, IMAGE)).shape)
 
 

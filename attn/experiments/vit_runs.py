@@ -65,7 +65,7 @@ SIZES = {
 EVAL_CHUNK = 500  # pictures read at once at evaluation
 
 
-class SmallCNN(nn.Module):
+class _SmallCNN(nn.Module):
     """The convolutional baseline: (B, 1, 28, 28) -> logits (B, 10)."""
 
     def __init__(self):
@@ -78,7 +78,7 @@ class SmallCNN(nn.Module):
         return self.head(self.features(images).flatten(1))
 
 
-class Logistic(nn.Module):
+class _Logistic(nn.Module):
     """Multinomial logistic regression on the pixels: (B, 1, 28, 28) -> logits (B, 10)."""
 
     def __init__(self):
@@ -89,21 +89,21 @@ class Logistic(nn.Module):
         return self.linear(images.flatten(1))
 
 
-def make_model(arm, seed):
+def _make_model(arm, seed):
     """The model of ``arm`` (one of ARMS), its weights drawn from ``seed``."""
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {', '.join(ARMS)}, got {type_name(arm)} {arm!r:.40}")
     torch.manual_seed(seed)
     if arm == "logistic":
-        return Logistic()
+        return _Logistic()
     if arm == "cnn":
-        return SmallCNN()
+        return _SmallCNN()
     return VisionTransformer(IMAGE, PATCH, EMBED_DIM, NUM_HEADS, NUM_LAYERS, 10, mlp_ratio=MLP_RATIO,
                              positions="rotary_2d" if arm == "rotary_2d" else "learned",
                              registers=REGISTERS if arm == "registers" else 0)
 
 
-def load_data(settings):
+def _load_data(settings):
     """Fashion-MNIST as float tensors: {"train": (images (N, 1, 28, 28), labels (N,)), "valid": ..., "test": ...}."""
     from attn.data.fashion import fashion_mnist
 
@@ -121,21 +121,21 @@ def load_data(settings):
             "test": tensors(test_images[:count], test_labels[:count])}
 
 
-def predict(model, images):
+def _predict(model, images):
     """Logits (N, 10) for images (N, 1, H, W), read EVAL_CHUNK at a time with no gradient."""
     model.eval()
     with torch.no_grad():
         return torch.cat([model(images[start:start + EVAL_CHUNK]) for start in range(0, len(images), EVAL_CHUNK)])
 
 
-def accuracy(model, images, labels):
+def _accuracy(model, images, labels):
     """The share of images whose largest logit is their label."""
-    return (predict(model, images).argmax(-1) == labels).float().mean().item()
+    return (_predict(model, images).argmax(-1) == labels).float().mean().item()
 
 
-def train(arm, seed, data, settings, progress=print):
+def _train(arm, seed, data, settings, progress=print):
     """Train ``arm`` with ``seed`` to the stopping rule; returns (model at its best validation accuracy, a summary)."""
-    model = make_model(arm, seed)
+    model = _make_model(arm, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["learning_rate"])
     images, labels = data["train"]
     generator = torch.Generator().manual_seed(1000 + seed)  # the same batches for every arm with this seed
@@ -149,7 +149,7 @@ def train(arm, seed, data, settings, progress=print):
         optimizer.step()
         step += 1
         if step % settings["eval_every"] == 0 or step == settings["max_steps"]:
-            valid = accuracy(model, *data["valid"])
+            valid = _accuracy(model, *data["valid"])
             curve.append(round(valid, 4))
             if valid > best + settings["min_gain"]:
                 best, best_state, since = valid, copy.deepcopy(model.state_dict()), 0
@@ -162,22 +162,22 @@ def train(arm, seed, data, settings, progress=print):
     progress(f"{arm}, seed {seed}: {step} steps ({'stopped' if stopped else 'at the step limit'}), validation "
              f"{best:.4f} ({time.perf_counter() - started:.0f} s)")
     return model.eval(), {"arm": arm, "seed": seed, "steps": step, "stopped": stopped, "curve": curve,
-                          "valid_accuracy": round(best, 4), "test_accuracy": round(accuracy(model, *data["test"]), 4)}
+                          "valid_accuracy": round(best, 4), "test_accuracy": round(_accuracy(model, *data["test"]), 4)}
 
 
-def canvas(images, row, col, size=CANVAS):
+def _canvas(images, row, col, size=CANVAS):
     """images (N, 1, 28, 28) pasted at (row, col) on black canvases (N, 1, size, size)."""
     out = images.new_zeros(images.shape[0], images.shape[1], size, size)
     out[..., row:row + images.shape[-2], col:col + images.shape[-1]] = images
     return out
 
 
-def canvas_accuracy(model, images, labels):
+def _canvas_accuracy(model, images, labels):
     """Accuracy at each of the OFFSETS x OFFSETS placements on the canvas: {"row,col": accuracy}."""
-    return {f"{row},{col}": round(accuracy(model, canvas(images, row, col), labels), 4) for row in OFFSETS for col in OFFSETS}
+    return {f"{row},{col}": round(_accuracy(model, _canvas(images, row, col), labels), 4) for row in OFFSETS for col in OFFSETS}
 
 
-def background_patches(images):
+def _background_patches(images):
     """(N, 16) bool: the patches of images (N, 1, 28, 28) with no pixel above BACKGROUND."""
     grid = images.reshape(images.shape[0], IMAGE // PATCH, PATCH, IMAGE // PATCH, PATCH)
     return grid.amax(dim=(2, 4)).flatten(1) <= BACKGROUND
@@ -194,7 +194,7 @@ def _split_by_token(values, background, prefix, registers):
     return out
 
 
-def read_vit(model, images):
+def _read_vit(model, images):
     """What lesson 23 reads from one trained ViT over ``images`` (N, 1, 28, 28): attention distance (layer, head), the
     residual norm and the attention received by token kind after each layer, and the largest patch norm's place."""
     registers = model.registers
@@ -204,7 +204,7 @@ def read_vit(model, images):
         states = model.residual_stream(images)[1:]  # (L, N, T, E): after each block
     grid = IMAGE // PATCH
     distance = attention_distance(weights, grid, grid, prefix=prefix).mean(1)  # (L, H)
-    background = background_patches(images)
+    background = _background_patches(images)
     norms = states.norm(dim=-1)  # (L, N, T)
     received = weights[..., prefix:, :].mean(dim=(2, 3))  # (L, N, T): what each token gets from the patch queries
     largest = norms[:, :, prefix:].argmax(-1)  # (L, N): the patch with the largest norm in each picture
@@ -239,17 +239,17 @@ def run(out, size="full", progress=print):
     if problem:
         raise ValueError(problem)
     require_callable("progress", progress)
-    data = load_data(settings)
+    data = _load_data(settings)
     test_images, test_labels = data["test"]
     analysis = test_images[:settings["analysis_count"]]
     runs = []
     for seed in settings["seeds"]:
         for arm in ARMS:
-            model, summary = train(arm, seed, data, settings, progress)
+            model, summary = _train(arm, seed, data, settings, progress)
             if arm in VIT_ARMS:
                 count = settings["canvas_count"]
-                summary["canvas_accuracy"] = canvas_accuracy(model, test_images[:count], test_labels[:count])
-                summary.update(read_vit(model, analysis))
+                summary["canvas_accuracy"] = _canvas_accuracy(model, test_images[:count], test_labels[:count])
+                summary.update(_read_vit(model, analysis))
                 with torch.no_grad():
                     _, weights = model(test_images[:settings["rollout_count"]], need_weights=True)
                 rollout = attention_rollout(weights)[:, 0, 1 + model.registers:]  # (R, 16): class token over patches

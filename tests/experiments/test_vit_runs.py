@@ -16,7 +16,7 @@ FASHION_ABSENT = "Fashion-MNIST is not fetched here; run 'python -m attn.fashion
 
 def test_the_canvas_holds_the_picture_at_its_place_and_black_elsewhere():
     images = torch.rand(2, 1, 28, 28)
-    placed = vit_runs.canvas(images, 14, 28)
+    placed = vit_runs._canvas(images, 14, 28)
     assert placed.shape == (2, 1, 56, 56)
     assert torch.equal(placed[..., 14:42, 28:56], images)
     placed[..., 14:42, 28:56] = 0
@@ -27,7 +27,7 @@ def test_a_patch_is_background_only_when_no_pixel_rises_above_the_threshold():
     images = torch.zeros(1, 1, 28, 28)
     images[0, 0, 8, 20] = 0.5  # grid row 1, column 2: patch 6
     images[0, 0, 27, 0] = vit_runs.BACKGROUND  # not above the threshold: patch 12 stays background
-    background = vit_runs.background_patches(images)
+    background = vit_runs._background_patches(images)
     assert background.shape == (1, 16) and (~background[0]).nonzero().flatten().tolist() == [6]
 
 
@@ -36,7 +36,7 @@ def test_reading_a_vit_splits_its_tokens_into_class_registers_background_and_obj
     model = VisionTransformer(28, 7, 16, 2, 2, 10, registers=3).eval()
     images = torch.zeros(4, 1, 28, 28)
     images[:, :, 7:21, 7:21] = torch.rand(4, 1, 14, 14) + 0.1  # the four middle patches hold the object
-    read = vit_runs.read_vit(model, images)
+    read = vit_runs._read_vit(model, images)
     assert read["background_share"] == 0.75 and len(read["distance"]) == 2 and len(read["distance"][0]) == 2
     for layer in read["norm"] + read["received"]:
         assert set(layer) == {"class", "registers", "background", "object"} and len(layer["registers"]) == 3
@@ -47,7 +47,7 @@ def test_reading_a_vit_splits_its_tokens_into_class_registers_background_and_obj
 
 
 @pytest.mark.parametrize(("call", "words"), [
-    (lambda: vit_runs.make_model("rope", 0), "arm must be one of"),
+    (lambda: vit_runs._make_model("rope", 0), "arm must be one of"),
     (lambda: vit_runs.run("/tmp", size="huge"), "size must be one of"),
     (lambda: vit_runs.run(3, size="tiny"), "folder's path"),
     (lambda: vit_runs.run("/tmp", size="tiny", progress="loud"), "progress"),
@@ -95,13 +95,13 @@ def test_a_baseline_run_reproduces_its_first_validation_accuracy():
     record = json.loads(RESULTS.read_text())
     settings = dict(record["settings"], max_steps=record["settings"]["eval_every"], test_count=10)
     try:
-        data = vit_runs.load_data(settings)
+        data = vit_runs._load_data(settings)
     except FileNotFoundError:
         pytest.skip(FASHION_ABSENT)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the command runs
     try:
-        _, summary = vit_runs.train("logistic", 0, data, settings, progress=lambda line: None)
+        _, summary = vit_runs._train("logistic", 0, data, settings, progress=lambda line: None)
     finally:
         torch.set_num_threads(threads)
     shipped = next(run for run in record["runs"] if (run["arm"], run["seed"]) == ("logistic", 0))

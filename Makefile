@@ -30,7 +30,13 @@ SMOLLM2 := data/smollm2/smollm2-135m.pt
 $(SMOLLM2): | $(READY)
 	$(BIN)/python -m attn.pretrained
 
-test: $(READY) $(SMOLLM2)
+# Lesson 23's pictures (Fashion-MNIST, from Debian's dataset-fashion-mnist): its notebook reads them, so `make test`
+# fetches them once with apt-get download (about 10 seconds, 31 MB; `python -m attn.fashion --deb FILE` without apt-get).
+FASHION := data/fashion/t10k-images-idx3-ubyte
+$(FASHION): | $(READY)
+	$(BIN)/python -m attn.fashion
+
+test: $(READY) $(SMOLLM2) $(FASHION)
 	$(BIN)/python -m pytest
 
 # JupyterLab serves the lessons from this computer only (127.0.0.1) and opens them in the browser.

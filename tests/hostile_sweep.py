@@ -120,6 +120,8 @@ EXEMPT = {
     "attn.experiments.compressed_caches, swept); it checks size, out and progress before loading anything",
     "attn.experiments.decode_speed.run": "times SmolLM2 and transformers decoding for minutes (python -m "
     "attn.experiments.decode_speed, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.vit_runs.run": "trains lesson 23's ViTs and baselines for minutes (python -m "
+    "attn.experiments.vit_runs, swept); it checks size, out and progress before loading anything",
     "attn.positions.RotaryAngles": "a record (NamedTuple) of checked rotary angles, built by rotary_angles (swept); "
     "rotate checks that it is one",
     "attn.experiments.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m "

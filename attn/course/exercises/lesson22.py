@@ -135,10 +135,8 @@ def _off_by_one(answer, expected):
 def _softpick_weights(rectified=True, absolute=True, rectified_total=False):
     """Softpick's weights for PICK_SCORES (or a mistake's)."""
     terms = np.expm1(np.asarray(PICK_SCORES, dtype=np.float64))
-    if rectified_total:
-        total = np.maximum(terms, 0).sum()
-    else:
-        total = np.abs(terms).sum() if absolute else terms.sum()
+    kept = np.maximum(terms, 0) if rectified_total else np.abs(terms) if absolute else terms  # the denominator's terms
+    total = kept.sum()
     return (np.maximum(terms, 0) if rectified else terms) / total
 
 

@@ -7,9 +7,10 @@ Lesson 13's recipe (attn.models.lm: tied embeddings, pre-norm blocks, rotary pos
 and a cosine fall, the shipped 4096-token tokenizer, Persuasion held out) took 35 minutes for one model, so
 the model here is scaled down until ONE run takes about a minute of one thread: ``SIZES['full']`` (embedding
 64, 2 layers, 4 heads, context 64, 600 steps of 16 windows; at context 128 a step took 0.18 s of CPU, at 64
-0.07 s, and the session's shared CPU allowed about 20 minutes for all the runs, so the context was halved). Every arm is the same AustenLM with each block's
-attention replaced by one layer with one switch changed (``ARMS``): attn.gates.GatedAttention as plain
-softmax, with the output gate, with a learned sink logit per head, or with QK-norm; and
+0.07 s, and the session's shared CPU allowed about 20 minutes for all the runs, so the context was halved).
+Every arm is the same AustenLM with each block's attention replaced by one layer with one switch changed
+(``ARMS``): attn.gates.GatedAttention as plain softmax, with the output gate, with a learned sink logit per
+head, or with QK-norm; and
 attn.gates.DifferentialAttention (its H heads pair into H/2 differential heads of the same parameters). The
 gate's query projection is twice as wide (E^2 more weights a layer), so the gate arm's MLP is narrowed from 4 E
 to 3.5 E hidden features, which takes as many away; every arm's parameter count is in the record and within 1%

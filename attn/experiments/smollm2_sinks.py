@@ -228,7 +228,10 @@ def _stream_at(model, tokens, layer):
 
 def _clipped(largest, first_weight, threshold):
     touched = largest > threshold  # (L, H)
-    mean = (lambda values: round(values.mean().item(), 4) if values.numel() else None)
+
+    def mean(values):
+        return round(values.mean().item(), 4) if values.numel() else None
+
     return {"threshold": threshold, "touched": [list(pair) for pair in touched.nonzero().tolist()],
             "touched_first_token_weight": mean(first_weight[touched]),
             "others_first_token_weight": mean(first_weight[~touched])}

@@ -84,3 +84,11 @@ def test_the_shipped_record_follows_its_schema():
         for interval in found.values():
             assert interval["words"] == sink_austen.words(interval["mean"], interval["low"], interval["high"])
     assert (record["variant"] is None) == any(record["runs"]["softmax"]["sink_formed"])
+    for arm, claims in record["claims"].items():
+        assert claims == {metric: sink_austen.verdict(record["intervals"][arm][metric]) for metric in sink_austen.CLAIMS}
+
+
+def test_a_claim_is_held_only_when_its_interval_is_below_zero():
+    assert sink_austen.verdict({"mean": -0.2, "low": -0.3, "high": -0.1}) == "held"
+    assert sink_austen.verdict({"mean": 0.2, "low": 0.1, "high": 0.3}) == "not held"
+    assert sink_austen.verdict({"mean": -0.2, "low": -0.5, "high": 0.1}) == "not distinguishable"

@@ -42,7 +42,7 @@ The record, ``sink_austen.json`` (schema):
   ``held_out_loss``, ``first_token_weight`` (the largest head's), ``largest_logit`` and ``largest_activation``
   (their largest layer), each {"mean", "low", "high", "words"}; ``claims[arm]``: for the papers' claims (lower
   loss, no sink, no massive activations: ``CLAIMS``) "held" (interval below 0), "not held" (above) or "not
-  distinguishable";
+  distinguishable"; the no-sink claim is NOT_TESTABLE where no softmax seed formed a sink;
 - ``variant``: null if the baseline formed a sink, else {"what", "runs": {"softmax": as runs}};
 - ``seconds``, ``provenance``.
 """
@@ -284,6 +284,15 @@ def verdict(interval):
     return "not distinguishable"
 
 
+NOT_TESTABLE = "not testable: the softmax baseline formed no sink"
+
+
+def claims(found, baseline_sink):
+    """{arm: {metric: verdict}} for CLAIMS; the no-sink claim is not testable where the baseline formed no sink."""
+    return {arm: {metric: NOT_TESTABLE if metric == "first_token_weight" and not baseline_sink else verdict(by[metric])
+                  for metric in CLAIMS} for arm, by in found.items()}
+
+
 def intervals(runs):
     found = {}
     for arm, run in runs.items():
@@ -309,6 +318,9 @@ def _text(record):
                      f"{found['first_token_weight']['words']}; largest logit {found['largest_logit']['words']}; largest "
                      f"residual activation {found['largest_activation']['words']}. Claims: "
                      + "; ".join(f"{claim}: {record['claims'][arm][metric]}" for metric, claim in CLAIMS.items()) + ".")
+    if "differential" in record["intervals"]:
+        lines.append("Differential attention's first-token weight is that of its combined map A1 - lambda A2, whose rows "
+                     "sum to 1 - lambda, not 1: lower than softmax's partly for that reason alone.")
     formed = {arm: sum(run["sink_formed"]) for arm, run in record["runs"].items()}
     lines.append("Seeds whose model formed a sink (a head with at least "
                  f"{SINK_WEIGHT} of its weight on the first token): "
@@ -361,7 +373,7 @@ def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
               "parameter_spread": round(max(abs(count / parameters["softmax"] - 1) for count in parameters.values()), 5),
               "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, "runs": runs,
               "intervals": intervals(runs), "variant": None}
-    record["claims"] = {arm: {metric: verdict(found[metric]) for metric in CLAIMS} for arm, found in record["intervals"].items()}
+    record["claims"] = claims(record["intervals"], any(runs["softmax"]["sink_formed"]))
     if not any(runs["softmax"]["sink_formed"]):
         bos = data[2]
         results = []

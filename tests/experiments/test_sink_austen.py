@@ -84,3 +84,14 @@ def test_the_shipped_record_follows_its_schema():
         for interval in found.values():
             assert interval["words"] == sink_austen.words(interval["mean"], interval["low"], interval["high"])
     assert (record["variant"] is None) == any(record["runs"]["softmax"]["sink_formed"])
+    assert record["claims"] == sink_austen.claims(record["intervals"], any(record["runs"]["softmax"]["sink_formed"]))
+
+
+def test_a_claim_is_held_only_when_its_interval_is_below_zero():
+    assert sink_austen.verdict({"mean": -0.2, "low": -0.3, "high": -0.1}) == "held"
+    assert sink_austen.verdict({"mean": 0.2, "low": 0.1, "high": 0.3}) == "not held"
+    assert sink_austen.verdict({"mean": -0.2, "low": -0.5, "high": 0.1}) == "not distinguishable"
+    below = {metric: {"mean": -0.2, "low": -0.3, "high": -0.1} for metric in sink_austen.CLAIMS}
+    assert sink_austen.claims({"gate": below}, True)["gate"]["first_token_weight"] == "held"
+    assert sink_austen.claims({"gate": below}, False)["gate"] == {
+        "held_out_loss": "held", "first_token_weight": sink_austen.NOT_TESTABLE, "largest_activation": "held"}

@@ -31,6 +31,7 @@ from attn.course.exercises import (  # noqa: F401
     lesson19,
     lesson20,
     lesson21,
+    lesson22,
     lesson23,
     primer,
 )

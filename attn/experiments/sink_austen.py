@@ -1,0 +1,407 @@
+"""Lesson 13's Austen model, scaled down, with each design of lesson 22 in place of its attention (lesson 22).
+
+    python -m attn.experiments.sink_austen --out lessons/records     # about 8 minutes, one thread
+    python -m attn.experiments.sink_austen --out DIR --size tiny     # seconds (needs the corpus)
+
+Lesson 13's recipe (attn.models.lm: tied embeddings, pre-norm blocks, rotary positions, AdamW with warm-up
+and a cosine fall, the shipped 4096-token tokenizer, Persuasion held out) took 35 minutes for one model, so
+the model here is scaled down until ONE run takes about 25 seconds of one thread: ``SIZES['full']`` (embedding
+64, 2 layers, 4 heads, context 64, 300 steps of 16 windows). The brief asked for about 2 minutes a run; at
+context 128 a step took 0.18 s of CPU, at 64 0.07 s, and the session's CPU, shared by five, left about 8 minutes
+of one thread for all 18 runs, so both the context and the steps were cut: these models are far from trained
+(their held-out loss is in the record), which limits what they can say about sinks.
+Every arm is the same AustenLM with each block's attention replaced by one layer with one switch changed
+(``ARMS``): attn.gates.GatedAttention as plain softmax, with the output gate, with a learned sink logit per
+head, or with QK-norm; and attn.gates.DifferentialAttention (its H heads pair into H/2 differential heads of
+the same parameters). The gate's query projection is twice as wide (E^2 more weights a layer), so the gate
+arm's MLP is narrowed from 4 E to 3.5 E hidden features, which takes as many away; every arm's parameter count
+is in the record and within 1% of softmax's.
+
+Measured for each arm and seed: the held-out loss (Persuasion); at checkpoints during training, the mean
+weight each layer's queries (positions FROM_POSITION onward) give the first token and the largest attention
+logit by layer, on PROBE held-out windows; at the end, the same by layer and head, the largest residual
+activation (max |x| of the stream after each block) and the first position's residual norm over the median
+position's, by layer. The sink arm's weight sent to its sink logit and the gate's mean opening are recorded too.
+Differential attention's first-token weight is that of its combined map A1 - lambda A2.
+
+A sink "formed" when some head gives the first token at least SINK_WEIGHT of its weight on average. If the
+softmax baseline forms none, the command trains the softmax model again with the variant that makes a sink
+most likely within the budget: a beginning-of-text token (one more token id) at position 0 of every window,
+and says whether a sink formed then.
+
+The record, ``sink_austen.json`` (schema):
+
+- ``size``, ``settings``, ``arms`` (each arm's layer options), ``parameters`` {arm: count},
+  ``parameter_spread`` (largest |count / softmax's - 1|), ``sink_weight`` (the threshold), ``text``;
+- ``runs[arm]``: lists with one entry per seed: ``held_out_loss``; ``checkpoints`` {``step``: [...],
+  ``first_token_weight``: [[per layer] per checkpoint], ``largest_logit``: [[per layer] per checkpoint]} per seed;
+  ``first_token_weight`` (final, [layer][head]), ``largest_logit`` [layer], ``largest_activation`` [layer],
+  ``first_position_norm_ratio`` [layer], ``sink_share`` [layer] (sink arm; else null), ``gate_mean`` [layer]
+  (gate arm; else null), ``sink_formed`` (bool), ``seconds``;
+- ``intervals[arm]`` for every arm but softmax, arm minus softmax over seeds (attn.common.stats.paired_interval):
+  ``held_out_loss``, ``first_token_weight`` (the largest head's), ``largest_logit`` and ``largest_activation``
+  (their largest layer), each {"mean", "low", "high", "words"}; ``claims[arm]``: for the papers' claims (lower
+  loss, no sink, no massive activations: ``CLAIMS``) "held" (interval below 0), "not held" (above) or "not
+  distinguishable"; the no-sink claim is NOT_TESTABLE where no softmax seed formed a sink;
+- ``variant``: null if the baseline formed a sink, else {"what", "runs": {"softmax": as runs}};
+- ``seconds``, ``provenance``.
+"""
+
+import math
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from attn.common.stats import paired_interval
+from attn.common.validate import require_callable, type_name
+from attn.experiments.records import sized_command, write_record
+from attn.gates import DifferentialAttention, GatedAttention
+from attn.gates.functional import _causal_scores, _differential_weights, _read
+from attn.gates.layers import _pairs
+from attn.multihead import split_heads
+from attn.positions import apply_rotary
+
+RESULTS_NAME = "sink_austen.json"
+COMMAND = "python -m attn.experiments.sink_austen"
+ARMS = {
+    "softmax": {"layer": "GatedAttention", "gate": False, "qk_norm": False, "normalize": "softmax"},
+    "gate": {"layer": "GatedAttention", "gate": True, "qk_norm": False, "normalize": "softmax"},
+    "sink": {"layer": "GatedAttention", "gate": False, "qk_norm": False, "normalize": "sink"},
+    "qk_norm": {"layer": "GatedAttention", "gate": False, "qk_norm": True, "normalize": "softmax"},
+    "differential": {"layer": "DifferentialAttention"},
+}
+SIZES = {
+    "full": {"embed_dim": 64, "num_heads": 4, "num_layers": 2, "context_length": 64, "batch_size": 16, "steps": 300,
+             "learning_rate": 2.5e-3, "warmup_steps": 30, "weight_decay": 0.1, "seeds": 3, "checkpoint_every": 50,
+             "probe_windows": 8, "eval_windows": 64},
+    "tiny": {"embed_dim": 16, "num_heads": 2, "num_layers": 2, "context_length": 24, "batch_size": 4, "steps": 6,
+             "learning_rate": 2.5e-3, "warmup_steps": 2, "weight_decay": 0.1, "seeds": 2, "checkpoint_every": 3,
+             "probe_windows": 2, "eval_windows": 4},
+}
+MLP_RATIO, GATE_MLP_RATIO = 4, 3.5  # the gate's doubled query projection paid for by a narrower MLP
+FROM_POSITION = 16  # first-token weight: queries from here on (the first ones have few keys to choose from)
+SINK_WEIGHT = 0.3  # a head with at least this mean weight on the first token is a sink
+INTERVAL_METRICS = ("held_out_loss", "first_token_weight", "largest_logit", "largest_activation")
+
+
+class SwitchedAttention(nn.Module):
+    """One of ARMS as a TransformerBlock's attention: self-attention on ``query`` (the block passes the same
+    normed x three times), causal, without caches or masks. With ``watch`` set it keeps its last weights
+    (B, H', T, T), largest logit, sink share and gate opening in ``seen``."""
+
+    def __init__(self, arm, embed_dim, num_heads):
+        super().__init__()
+        options = dict(ARMS[arm])
+        self.arm, self.embed_dim, self.num_heads, self.watch, self.seen = arm, embed_dim, num_heads, False, {}
+        if options.pop("layer") == "DifferentialAttention":
+            self.layer = DifferentialAttention(embed_dim, num_heads)
+        else:
+            self.layer = GatedAttention(embed_dim, num_heads, **options)
+
+    def forward(self, query, key=None, value=None, mask=None, key_padding_mask=None, is_causal=True, cache=None,
+                need_weights=False):
+        if mask is not None or key_padding_mask is not None or cache is not None or not is_causal:
+            raise ValueError("sink_austen's attention runs causal self-attention only (no mask, no cache)")
+        if not self.watch:
+            output = self.layer(query)
+        elif isinstance(self.layer, DifferentialAttention):
+            output = self._watched_differential(query)
+        else:
+            output = self._watched_gated(query)
+        return (output, self.seen.get("weights")) if need_weights else output
+
+    def _watched_gated(self, x):
+        layer = self.layer
+        q, k, v, gate = layer.projections(x)
+        scores = _causal_scores(q, k, 1.0 / math.sqrt(layer.head_dim))  # (B, H, T, T)
+        weights = layer._weights(scores)
+        heads = _read(weights, v).transpose(1, 2)  # (B, T, H, d)
+        if gate is not None:
+            heads = heads * torch.sigmoid(gate)
+        self.seen = {"weights": weights, "largest_logit": scores.amax().item(),
+                     "sink_share": (1 - weights.sum(dim=-1)).mean().item() if layer.normalize == "sink" else None,
+                     "gate_mean": torch.sigmoid(gate).mean().item() if gate is not None else None}
+        return layer.out_proj(heads.flatten(2))
+
+    def _watched_differential(self, x):
+        layer = self.layer
+        batch, length, _ = x.shape
+        lam = layer.lam()
+        q = apply_rotary(split_heads(layer.query_proj(x), layer.num_heads), None, layer.rotary_base)
+        k = apply_rotary(split_heads(layer.key_proj(x), layer.num_kv_heads), None, layer.rotary_base)
+        v = split_heads(layer.value_proj(x), layer.num_kv_heads)
+        scale = 1.0 / math.sqrt(layer.head_dim)
+        weights = _differential_weights(_pairs(q), _pairs(k), lam, scale)  # (B, H/2, T, T)
+        heads = _read(weights, _pairs(v))
+        heads = functional.rms_norm(heads, (2 * layer.head_dim,), eps=layer.eps) * (1 - layer.lambda_init)
+        self.seen = {"weights": weights, "largest_logit": _causal_scores(q, k, scale).amax().item(),
+                     "sink_share": None, "gate_mean": None}
+        return layer.out_proj(heads.transpose(1, 2).reshape(batch, length, -1))
+
+
+def build(arm, settings, vocab_size, seed):
+    """An AustenLM of the size's settings with every block's attention a SwitchedAttention of ``arm``, seeded."""
+    from attn.models.lm import AustenLM, _initialise
+
+    torch.manual_seed(seed)
+    ratio = GATE_MLP_RATIO if arm == "gate" else MLP_RATIO
+    model = AustenLM(vocab_size, settings["context_length"], settings["embed_dim"], settings["num_heads"],
+                     settings["num_layers"], mlp_ratio=ratio)
+    for block in model.blocks:
+        block.attention = SwitchedAttention(arm, settings["embed_dim"], settings["num_heads"])
+    torch.manual_seed(seed)
+    model.apply(_initialise)  # GPT-2's start for every layer, the new ones included
+    return model
+
+
+def _config(settings, vocab_size):
+    """lesson 13's training configuration (attn.models.lm_training's keys) for these settings."""
+    return {"vocab_size": vocab_size, "embed_dim": settings["embed_dim"], "num_heads": settings["num_heads"],
+            "num_layers": settings["num_layers"], "context_length": settings["context_length"],
+            "batch_size": settings["batch_size"], "steps": settings["steps"], "learning_rate": settings["learning_rate"],
+            "warmup_steps": settings["warmup_steps"], "weight_decay": settings["weight_decay"], "dropout": 0.0,
+            "eval_every": settings["checkpoint_every"], "eval_windows": settings["eval_windows"], "seed": 0}
+
+
+def _with_bos(windows, bos):
+    """(W, T) token windows -> (W, T): the first token replaced by the beginning-of-text id ``bos``."""
+    return torch.cat([torch.full_like(windows[:, :1], bos), windows[:, 1:]], dim=1)
+
+
+@torch.no_grad()
+def watch(model, tokens):
+    """Run ``model`` on tokens (B, T) watching every layer: per layer the first-token weight [head] (queries from
+    FROM_POSITION on), largest logit, largest |residual| after the block, first position's norm / median norm,
+    sink share and gate mean."""
+    found = {name: [] for name in ("first_token_weight", "largest_logit", "largest_activation",
+                                   "first_position_norm_ratio", "sink_share", "gate_mean")}
+    x = model.token_embedding(tokens)
+    for block in model.blocks:
+        block.attention.watch = True
+        try:
+            x = block(x, is_causal=True)
+        finally:
+            block.attention.watch = False
+        seen = block.attention.seen
+        found["first_token_weight"].append([round(w, 4) for w in seen["weights"][:, :, FROM_POSITION:, 0]
+                                            .mean(dim=(0, 2)).tolist()])
+        found["largest_logit"].append(round(seen["largest_logit"], 3))
+        found["largest_activation"].append(round(x.abs().amax().item(), 3))
+        norms = x.norm(dim=-1)  # (B, T)
+        found["first_position_norm_ratio"].append(round((norms[:, 0] / norms[:, 1:].median(dim=1).values).mean().item(), 3))
+        found["sink_share"].append(None if seen["sink_share"] is None else round(seen["sink_share"], 4))
+        found["gate_mean"].append(None if seen["gate_mean"] is None else round(seen["gate_mean"], 4))
+    for name in ("sink_share", "gate_mean"):
+        if all(value is None for value in found[name]):
+            found[name] = None
+    return found
+
+
+def train_arm(arm, seed, settings, data, bos=None):
+    """Train one arm with one seed on ``data`` (training tokens, held-out tokens, vocabulary size); its measurements."""
+    from attn.models.lm_training import held_out_windows, learning_rate_at, make_optimizer, mean_loss, random_batch
+
+    train_tokens, held_out, vocab_size = data
+    started = time.perf_counter()
+    model = build(arm, settings, vocab_size + (bos is not None), seed)
+    config = _config(settings, vocab_size)
+    optimizer = make_optimizer(model, config)
+    generator = torch.Generator().manual_seed(seed)
+    inputs, targets = held_out_windows(held_out, settings["context_length"], settings["eval_windows"])
+    if bos is not None:
+        inputs = _with_bos(inputs, bos)
+    probe = inputs[:settings["probe_windows"]]
+    checkpoints = {"step": [], "first_token_weight": [], "largest_logit": []}
+    model.train()
+    for step in range(settings["steps"]):
+        if step % settings["checkpoint_every"] == 0:
+            _checkpoint(model, probe, step, checkpoints)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate_at(step, config)
+        batch, batch_targets = random_batch(train_tokens, settings["batch_size"], settings["context_length"], generator)
+        if bos is not None:
+            batch = _with_bos(batch, bos)
+        loss = functional.cross_entropy(model(batch).flatten(0, 1), batch_targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    _checkpoint(model, probe, settings["steps"], checkpoints)
+    model.eval()
+    final = watch(model, probe)
+    return {"held_out_loss": round(mean_loss(model, inputs, targets), 4), "checkpoints": checkpoints, **final,
+            "sink_formed": max(max(heads) for heads in final["first_token_weight"]) >= SINK_WEIGHT,
+            "parameters": sum(parameter.numel() for parameter in model.parameters()),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _checkpoint(model, probe, step, checkpoints):
+    was_training = model.training
+    model.eval()
+    seen = watch(model, probe)
+    model.train(was_training)
+    checkpoints["step"].append(step)
+    checkpoints["first_token_weight"].append([round(sum(heads) / len(heads), 4) for heads in seen["first_token_weight"]])
+    checkpoints["largest_logit"].append(seen["largest_logit"])
+
+
+def _gathered(results):
+    names = ("held_out_loss", "checkpoints", "first_token_weight", "largest_logit", "largest_activation",
+             "first_position_norm_ratio", "sink_share", "gate_mean", "sink_formed", "seconds")
+    return {name: [result[name] for result in results] for name in names}
+
+
+def _summary(run, metric):
+    """One number per seed: the loss, the largest head's first-token weight, the largest layer's logit or activation."""
+    if metric == "held_out_loss":
+        return run[metric]
+    if metric == "first_token_weight":
+        return [max(max(heads) for heads in layers) for layers in run[metric]]
+    return [max(layers) for layers in run[metric]]
+
+
+def words(mean, low, high):
+    """An interval of arm - softmax in words."""
+    if low > 0:
+        return "higher than softmax"
+    if high < 0:
+        return "lower than softmax"
+    return "not distinguishable from softmax"
+
+
+CLAIMS = {"held_out_loss": "a lower held-out loss than softmax", "first_token_weight": "no sink (less first-token weight "
+          "than softmax)", "largest_activation": "no massive activations (a smaller largest activation than softmax)"}
+
+
+def verdict(interval):
+    """A claim that the arm's number is lower than softmax's, judged by the interval of arm - softmax."""
+    if interval["high"] < 0:
+        return "held"
+    if interval["low"] > 0:
+        return "not held"
+    return "not distinguishable"
+
+
+NOT_TESTABLE = "not testable: the softmax baseline formed no sink"
+
+
+def claims(found, baseline_sink):
+    """{arm: {metric: verdict}} for CLAIMS; the no-sink claim is not testable where the baseline formed no sink."""
+    return {arm: {metric: NOT_TESTABLE if metric == "first_token_weight" and not baseline_sink else verdict(by[metric])
+                  for metric in CLAIMS} for arm, by in found.items()}
+
+
+def intervals(runs):
+    found = {}
+    for arm, run in runs.items():
+        if arm == "softmax":
+            continue
+        found[arm] = {}
+        for metric in INTERVAL_METRICS:
+            mean, low, high = paired_interval(_summary(run, metric), _summary(runs["softmax"], metric))
+            found[arm][metric] = {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
+                                  "words": words(mean, low, high)}
+    return found
+
+
+def _text(record):
+    lines = [f"The model is lesson 13's scaled down so that one run takes about 25 seconds of one thread "
+             "(the brief's 2 minutes did not fit the session's shared CPU): "
+             f"embedding {record['settings']['embed_dim']}, {record['settings']['num_layers']} layers, "
+             f"{record['settings']['num_heads']} heads, context {record['settings']['context_length']}, "
+             f"{record['settings']['steps']} steps; parameters equal within {record['parameter_spread']:.2%} "
+             f"(the gate arm's MLP narrowed to {GATE_MLP_RATIO} E)."]
+    for arm, found in record["intervals"].items():
+        lines.append(f"{arm}: held-out loss {found['held_out_loss']['words']}; first-token weight (largest head) "
+                     f"{found['first_token_weight']['words']}; largest logit {found['largest_logit']['words']}; largest "
+                     f"residual activation {found['largest_activation']['words']}. Claims: "
+                     + "; ".join(f"{claim}: {record['claims'][arm][metric]}" for metric, claim in CLAIMS.items()) + ".")
+    if "differential" in record["intervals"]:
+        lines.append("Differential attention's first-token weight is that of its combined map A1 - lambda A2, whose rows "
+                     "sum to 1 - lambda, not 1: lower than softmax's partly for that reason alone.")
+    formed = {arm: sum(run["sink_formed"]) for arm, run in record["runs"].items()}
+    lines.append("Seeds whose model formed a sink (a head with at least "
+                 f"{SINK_WEIGHT} of its weight on the first token): "
+                 + ", ".join(f"{arm} {count} of {len(record['runs'][arm]['sink_formed'])}" for arm, count in formed.items())
+                 + ".")
+    if record["variant"] is not None:
+        count = sum(record["variant"]["runs"]["softmax"]["sink_formed"])
+        lines.append(f"The softmax baseline formed no sink, so it was trained again with {record['variant']['what']}: "
+                     f"{count} of {len(record['variant']['runs']['softmax']['sink_formed'])} seeds formed one.")
+    return lines
+
+
+def _settings(size):
+    if not isinstance(size, str) or size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
+    return dict(SIZES[size])
+
+
+def load_data():
+    """(training tokens, held-out tokens, vocabulary size) with lesson 13's shipped tokenizer."""
+    from attn.data.corpus import austen
+    from attn.data.tokenizer import Tokenizer
+    from attn.models.lm import TOKENIZER_NAME, WEIGHTS_FOLDER
+    from attn.models.lm_training import split_novels, token_tensor
+
+    training_texts, held_out_text = split_novels(austen())  # the corpus first: a missing one costs nothing
+    path = WEIGHTS_FOLDER / TOKENIZER_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; it ships with the course (python -m attn.lm train makes it)")
+    tokenizer = Tokenizer.load(path)
+    return token_tensor(tokenizer, training_texts), token_tensor(tokenizer, [held_out_text]), tokenizer.vocab_size
+
+
+def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
+    """Every arm over the size's seeds, and the variant if the softmax baseline formed no sink."""
+    settings = _settings(size)
+    require_callable("progress", progress)
+    started = time.perf_counter()
+    data = load_data() if data is None else data
+    progress(f"[{time.perf_counter() - started:5.0f} s] corpus tokenised: {len(data[0]):,} training tokens")
+    runs, parameters = {}, {}
+    for arm in arms:
+        results = []
+        for seed in range(settings["seeds"]):
+            results.append(train_arm(arm, seed, settings, data))
+            progress(f"[{time.perf_counter() - started:5.0f} s] {arm:>12} seed {seed}: held-out loss "
+                     f"{results[-1]['held_out_loss']}, first-token weight {results[-1]['first_token_weight']}")
+        runs[arm], parameters[arm] = _gathered(results), results[0]["parameters"]
+    record = {"size": size, "settings": settings, "arms": {arm: ARMS[arm] for arm in arms}, "parameters": parameters,
+              "parameter_spread": round(max(abs(count / parameters["softmax"] - 1) for count in parameters.values()), 5),
+              "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, "runs": runs,
+              "intervals": intervals(runs), "variant": None}
+    record["claims"] = claims(record["intervals"], any(runs["softmax"]["sink_formed"]))
+    if not any(runs["softmax"]["sink_formed"]):
+        bos = data[2]
+        results = []
+        for seed in range(settings["seeds"]):
+            results.append(train_arm("softmax", seed, settings, data, bos=bos))
+            progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text seed {seed}: first-token "
+                     f"weight {results[-1]['first_token_weight']}")
+        record["variant"] = {"what": "a beginning-of-text token (id V, one more embedding row) at position 0 of every "
+                                     "window, the same steps and context", "runs": {"softmax": _gathered(results)}}
+    record["text"] = _text(record)
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    return record
+
+
+def run(out, size="full", progress=print):
+    """Measure and write ``out``/RESULTS_NAME; returns the record."""
+    return write_record(out, RESULTS_NAME, measure(size, progress), COMMAND, size)
+
+
+DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output gate, a sink logit, QK-norm and "
+               "differential attention over seeds: loss, first-token weight, largest logit and activation.")
+
+
+def main(argv=None):
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 8 minutes", "tiny": "seconds"},
+                                run, argv)
+    print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
+
+
+if __name__ == "__main__":
+    main()

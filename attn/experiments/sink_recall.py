@@ -1,0 +1,270 @@
+"""Lesson 7's recall with keys that are not there (lesson 22): what each softmax does when it should say nothing.
+
+    python -m attn.experiments.sink_recall --out lessons/records             # about 15 minutes, one thread
+    python -m attn.experiments.sink_recall --out DIR --size tiny             # seconds
+
+The task is lesson 7's: a context of (key, value) pairs, one token each (key embedding + value embedding),
+and a query key that reads them with one attention layer, whose output a linear readout turns into scores
+(no residual, no norm: what the layer outputs is all the readout sees). Here a share of the queries (0, 25%
+or 50%, ``ABSENT_SHARES``) asks for a key that is not in the context; their target is one more class,
+"absent". The layer is attn.gates.GatedAttention without positions or QK-norm, with one switch changed per
+arm (``ARMS``): softmax; a learned sink logit per head (gpt-oss); the off-by-one softmax (the sink fixed at 0);
+softpick; and the output gate (Qwen3-Next) over plain softmax. The query reads the pairs only (lesson 7's
+cross-attention), so a softmax has no token of its own to park weight on.
+
+Stopping rule: every EVAL_EVERY steps the loss on held-apart validation examples (drawn with the same absent
+share) is measured; a run stops once that loss has not fallen by MIN_GAIN nats below its best for PATIENCE
+measurements in a row, or at MAX_STEPS (the record's ``stopped`` says which).
+
+The record, ``sink_recall.json`` (schema):
+
+- ``size``, ``settings`` (task, seeds, sizes, the stopping rule), ``arms``: {arm: the layer's options},
+  ``absent_shares``: [0.0, 0.25, 0.5], ``text``: the conclusions in words, from the intervals;
+- ``runs[arm][share]`` (share as "0.0", "0.25", "0.5"): lists with one entry per seed:
+  ``present_accuracy`` (held-out queries whose key is there), ``absent_accuracy`` (held-out absent queries
+  answered "absent"; trained for only when share > 0), ``present_norm`` and ``absent_norm`` (mean norm of the
+  layer's output, E wide, for present and absent queries), ``present_nothing`` and ``absent_nothing`` (mean
+  share of a head's weight sent to nothing, 1 - sum of the keys' weights: the sink's weight; 0 for softmax and
+  the gate), ``present_gate`` and ``absent_gate`` (the gate arm: mean sigmoid of the gate; null for the others),
+  ``steps``, ``stopped``, ``curves`` (validation losses), and ``parameters`` (one number);
+- ``intervals[arm][share][metric]`` for every arm but softmax and the metrics ``present_accuracy``,
+  ``absent_accuracy``, ``absent_norm_ratio`` (absent_norm / present_norm): {"mean", "low", "high", "words"}, the
+  arm minus softmax over seeds (attn.common.stats.paired_interval), words "higher than softmax", "lower than
+  softmax" or "not distinguishable from softmax";
+- ``seconds``, ``provenance``.
+"""
+
+import math
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from attn.common.stats import paired_interval
+from attn.common.validate import require_callable, require_choice, type_name, whole_number
+from attn.experiments.records import sized_command, write_record
+from attn.gates import GatedAttention
+from attn.models.recall import make_recall_data
+
+RESULTS_NAME = "sink_recall.json"
+COMMAND = "python -m attn.experiments.sink_recall"
+ARMS = {
+    "softmax": {"normalize": "softmax", "gate": False},
+    "sink": {"normalize": "sink", "gate": False},
+    "off_by_one": {"normalize": "off_by_one", "gate": False},
+    "softpick": {"normalize": "softpick", "gate": False},
+    "gate": {"normalize": "softmax", "gate": True},
+}
+ABSENT_SHARES = (0.0, 0.25, 0.5)
+METRICS = ("present_accuracy", "absent_accuracy", "absent_norm_ratio")
+SIZES = {
+    "full": {"n_pairs": 16, "n_keys": 48, "n_values": 32, "embed_dim": 32, "num_heads": 4, "seeds": 5,
+             "batch": 64, "learning_rate": 3e-3, "train_examples": 20_000, "valid_examples": 1000,
+             "test_examples": 1000, "eval_every": 200, "patience": 2, "min_gain": 0.01, "max_steps": 2500},
+    "tiny": {"n_pairs": 4, "n_keys": 12, "n_values": 8, "embed_dim": 8, "num_heads": 2, "seeds": 2,
+             "batch": 16, "learning_rate": 3e-3, "train_examples": 200, "valid_examples": 50,
+             "test_examples": 50, "eval_every": 5, "patience": 2, "min_gain": 0.01, "max_steps": 10},
+}
+VALID_SEED, TEST_SEED = 2000, 1000  # validation and test examples are drawn with seed + these
+
+
+def recall_with_absent(n_examples, share, n_pairs, n_keys, n_values, seed):
+    """make_recall_data's examples, a ``share`` of them (the first round(share * n), the rest untouched) asking
+    for a key absent from their context: their query is a key drawn from the others, their target ``n_values``
+    (the class "absent") and their position -1. Returns the RecallData."""
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+        raise ValueError(f"share must be a number from 0 to 1 (the absent queries' share), got {share!r:.60}")
+    if n_pairs >= n_keys:
+        raise ValueError(f"an absent key needs n_keys > n_pairs, got n_pairs={n_pairs}, n_keys={n_keys}")
+    data = make_recall_data(n_examples, n_pairs=n_pairs, n_keys=n_keys, n_values=n_values, seed=seed)
+    absent = round(share * n_examples)
+    if absent:
+        generator = torch.Generator().manual_seed(seed + 1)
+        present = torch.zeros(absent, n_keys, dtype=torch.bool).scatter_(1, data.keys[:absent], True)
+        scores = torch.rand(absent, n_keys, generator=generator).masked_fill(present, -1.0)
+        data.query[:absent] = scores.argmax(dim=1)  # a random key not in the context
+        data.target[:absent] = n_values
+        data.position[:absent] = -1
+    return data
+
+
+class SinkRecall(nn.Module):
+    """Key and value embeddings, one GatedAttention layer (no positions, no QK-norm) read by the query over the
+    pairs only, and a readout to n_values + 1 classes (the last: "absent").
+
+    forward(keys, values (B, P), query (B,)) -> logits (B, n_values + 1); ``inspect`` also returns the layer's
+    output (B, E), the keys' weights (B, H, P) and the gate's sigmoid (B, H, d) or None.
+    """
+
+    def __init__(self, arm, n_keys, n_values, embed_dim, num_heads):
+        super().__init__()
+        options = ARMS[require_choice("arm", arm, tuple(ARMS))]
+        self.key_embedding = nn.Embedding(n_keys, embed_dim)
+        self.value_embedding = nn.Embedding(n_values, embed_dim)
+        self.attention = GatedAttention(embed_dim, num_heads, qk_norm=False, rotary_base=None, **options)
+        self.readout = nn.Linear(embed_dim, n_values + 1)
+
+    def inspect(self, keys, values, query):
+        layer = self.attention
+        pairs = self.key_embedding(keys) + self.value_embedding(values)  # (B, P, E)
+        x = torch.cat([pairs, self.key_embedding(query)[:, None]], dim=1)  # (B, P + 1, E)
+        q, k, v, gate = layer.projections(x)  # (B, H, P + 1, d) x 3, gate (B, P + 1, H, d) or None
+        scores = q[:, :, -1:] @ k[:, :, :-1].transpose(-2, -1) / math.sqrt(layer.head_dim)  # (B, H, 1, P)
+        weights = layer._weights(scores)  # the layer's own normaliser: the one switch
+        heads = (weights @ v[:, :, :-1])[:, :, 0]  # (B, H, d)
+        opened = None if gate is None else torch.sigmoid(gate[:, -1])  # (B, H, d): the query token's gate
+        if opened is not None:
+            heads = heads * opened
+        output = layer.out_proj(heads.flatten(1))  # (B, E)
+        return self.readout(output), output, weights[:, :, 0], opened
+
+    def forward(self, keys, values, query):
+        return self.inspect(keys, values, query)[0]
+
+
+def _loss(model, data):
+    with torch.no_grad():
+        return functional.cross_entropy(model(data.keys, data.values, data.query), data.target).item()
+
+
+def _measure(model, data, absent):
+    """Accuracy (of the right value, or of "absent"), mean output norm, weight sent to nothing, gate on ``data``."""
+    with torch.no_grad():
+        logits, output, weights, opened = model.inspect(data.keys, data.values, data.query)
+    return {"accuracy": (logits.argmax(dim=-1) == data.target).double().mean().item(),
+            "norm": output.norm(dim=-1).mean().item(), "nothing": (1 - weights.sum(dim=-1)).mean().item(),
+            "gate": None if opened is None else opened.mean().item()}
+
+
+def train_arm(arm, share, seed, settings):
+    """One arm at one absent share and seed, trained by the stopping rule; its held-out measurements (a dict)."""
+    task = {name: settings[name] for name in ("n_pairs", "n_keys", "n_values")}
+    torch.manual_seed(seed)
+    model = SinkRecall(arm, settings["n_keys"], settings["n_values"], settings["embed_dim"], settings["num_heads"])
+    train = recall_with_absent(settings["train_examples"], share, seed=seed, **task)
+    valid = recall_with_absent(settings["valid_examples"], share, seed=seed + VALID_SEED, **task)
+    present = recall_with_absent(settings["test_examples"], 0.0, seed=seed + TEST_SEED, **task)
+    absent = recall_with_absent(settings["test_examples"], 1.0, seed=seed + TEST_SEED, **task)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
+    step, best, flat, curve = 0, math.inf, 0, []
+    while step < settings["max_steps"] and flat < settings["patience"]:
+        for _ in range(min(settings["eval_every"], settings["max_steps"] - step)):
+            batch = train.batch(torch.randint(len(train), (settings["batch"],), generator=generator))
+            loss = functional.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            step += 1
+        curve.append(round(_loss(model, valid), 4))
+        best, flat = (curve[-1], 0) if curve[-1] < best - settings["min_gain"] else (best, flat + 1)
+    on_present, on_absent = _measure(model, present, False), _measure(model, absent, True)
+    return {"present_accuracy": on_present["accuracy"], "absent_accuracy": on_absent["accuracy"],
+            "present_norm": on_present["norm"], "absent_norm": on_absent["norm"],
+            "present_nothing": on_present["nothing"], "absent_nothing": on_absent["nothing"],
+            "present_gate": on_present["gate"], "absent_gate": on_absent["gate"],
+            "steps": step, "stopped": flat >= settings["patience"], "curve": curve,
+            "parameters": sum(parameter.numel() for parameter in model.parameters())}
+
+
+def _gathered(results):
+    """One arm's per-seed results as lists (4 decimals), parameters once."""
+    gathered = {name: [None if r[name] is None else round(r[name], 4) + 0.0 for r in results]
+                for name in ("present_accuracy", "absent_accuracy", "present_norm", "absent_norm", "present_nothing",
+                             "absent_nothing", "present_gate", "absent_gate")}
+    gathered.update({"steps": [r["steps"] for r in results], "stopped": [r["stopped"] for r in results],
+                     "curves": [r["curve"] for r in results], "parameters": results[0]["parameters"]})
+    return gathered
+
+
+def _metric(run, metric):
+    if metric == "absent_norm_ratio":
+        return [a / p if p > 0 else 0.0 for a, p in zip(run["absent_norm"], run["present_norm"], strict=True)]
+    return run[metric]
+
+
+def words(mean, low, high, reference="softmax"):
+    """An interval of arm - reference in words: higher, lower, or not distinguishable."""
+    if low > 0:
+        return f"higher than {reference}"
+    if high < 0:
+        return f"lower than {reference}"
+    return f"not distinguishable from {reference}"
+
+
+def intervals(runs, shares):
+    """{arm: {share: {metric: {mean, low, high, words}}}} for every arm against softmax (paired over seeds)."""
+    found = {}
+    for arm in runs:
+        if arm == "softmax":
+            continue
+        found[arm] = {}
+        for share in shares:
+            found[arm][share] = {}
+            for metric in METRICS:
+                mean, low, high = paired_interval(_metric(runs[arm][share], metric), _metric(runs["softmax"][share], metric))
+                found[arm][share][metric] = {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
+                                             "words": words(mean, low, high)}
+    return found
+
+
+def _text(record):
+    """The conclusions, one sentence per arm and share, following the intervals' words."""
+    lines = []
+    for arm, by_share in record["intervals"].items():
+        for share, found in by_share.items():
+            lines.append(f"{arm}, {float(share):.0%} absent: present-key accuracy {found['present_accuracy']['words']}; "
+                         f"absent keys answered 'absent' {found['absent_accuracy']['words']}; the output's norm for an "
+                         f"absent key relative to a present one {found['absent_norm_ratio']['words']}.")
+    return lines
+
+
+def _settings(size):
+    if not isinstance(size, str) or size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
+    return dict(SIZES[size])
+
+
+def measure(size="full", progress=print, arms=tuple(ARMS), shares=ABSENT_SHARES):
+    """Every arm at every absent share over the size's seeds; the record without its provenance."""
+    settings = _settings(size)
+    require_callable("progress", progress)
+    for arm in arms:
+        require_choice("each of arms", arm, tuple(ARMS))
+    started = time.perf_counter()
+    runs = {}
+    for arm in arms:
+        runs[arm] = {}
+        for share in shares:
+            results = [train_arm(arm, share, seed, settings) for seed in range(whole_number("seeds", settings["seeds"]))]
+            runs[arm][str(share)] = _gathered(results)
+            run = runs[arm][str(share)]
+            progress(f"[{time.perf_counter() - started:5.0f} s] {arm:>10} {share:.0%} absent: present accuracy "
+                     f"{run['present_accuracy']}, absent norm {run['absent_norm']}, to nothing {run['absent_nothing']}, "
+                     f"steps {run['steps']}")
+    record = {"size": size, "settings": settings, "arms": {arm: ARMS[arm] for arm in arms},
+              "absent_shares": list(shares), "runs": runs}
+    record["intervals"] = intervals(runs, [str(share) for share in shares]) if "softmax" in runs else {}
+    record["text"] = _text(record)
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    return record
+
+
+def run(out, size="full", progress=print):
+    """Measure and write ``out``/RESULTS_NAME; returns the record."""
+    return write_record(out, RESULTS_NAME, measure(size, progress), COMMAND, size)
+
+
+DESCRIPTION = ("Lesson 7's recall with absent keys, for softmax, a sink logit, the off-by-one softmax, softpick and the "
+               "output gate, over seeds.")
+
+
+def main(argv=None):
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 15 minutes", "tiny": "seconds"},
+                                run, argv)
+    print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
+
+
+if __name__ == "__main__":
+    main()

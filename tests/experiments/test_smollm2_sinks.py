@@ -1,0 +1,69 @@
+"""Lesson 22's SmolLM2 measurements (attn.experiments.smollm2_sinks) on a tiny LlamaLM: the hooked reading against
+the model's own weights, the replacement, the clip table, and the shipped record."""
+
+import json
+
+import pytest
+import torch
+
+from attn.experiments import smollm2_sinks as sinks
+from attn.models.llama import LlamaLM
+from tests.notebooks import ROOT
+
+RECORD = ROOT / "lessons" / "records" / sinks.RESULTS_NAME
+TINY = {"vocab_size": 50, "context_length": 64, "embed_dim": 16, "num_heads": 4, "num_kv_heads": 2, "num_layers": 3,
+        "mlp_hidden_dim": 32}
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return LlamaLM(**TINY).eval()
+
+
+def passages(count=3, length=16):
+    return torch.randint(50, (count, length), generator=torch.Generator().manual_seed(1))
+
+
+def test_the_hooked_reading_matches_the_model(model):
+    tokens = passages()[0]
+    read = sinks.read_passage(model, tokens)
+    assert read["stream"].shape == (4, 16, 16) and read["logits"].shape == (3, 4, 16, 16)
+    torch.testing.assert_close(torch.softmax(read["logits"], dim=-1), read["weights"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(read["stream"][1:] - read["stream"][:-1], read["attended"] + read["mlp"])
+
+
+def test_replacing_a_position_changes_the_loss_and_nothing_is_left_hooked(model):
+    tokens = passages()[0]
+    plain = sinks.passage_loss(model, tokens)
+    assert sinks.passage_loss(model, tokens, replace_at=0, position=0) != plain
+    assert sinks.passage_loss(model, tokens) == plain
+    assert all(not block._forward_hooks and not block._forward_pre_hooks for block in model.blocks)
+
+
+def test_the_clip_table_counts_the_heads_above_each_threshold():
+    largest = torch.tensor([[5.0, 25.0], [12.0, 3.0]])
+    weight = torch.tensor([[0.1, 0.9], [0.5, 0.3]])
+    found = sinks._clipped(largest, weight, 10.0)
+    assert found["touched"] == [[0, 1], [1, 0]] and found["touched_first_token_weight"] == pytest.approx(0.7)
+    assert sinks._clipped(largest, weight, 30.0)["touched_first_token_weight"] is None
+
+
+def test_the_measure_on_a_tiny_model(model):
+    record = sinks.measure(model, passages(), progress=lambda line: None)
+    assert len(record["residual_norm"]["ratio_by_layer"]) == 4 and len(record["short_key"]["key_ratio"]) == 3
+    assert record["heads"]["weights_check"] < 1e-5
+    assert 1 <= record["replacement"]["layer"] <= 3 and len(record["replacement"]["untouched"]) == 3
+    with pytest.raises(ValueError, match="size"):
+        sinks._settings("huge")
+
+
+def test_the_shipped_record_follows_its_schema():
+    record = json.loads(RECORD.read_text())
+    layers = len(record["short_key"]["key_ratio"])
+    assert len(record["residual_norm"]["ratio_by_layer"]) == layers + 1
+    assert len(record["replacement"]["untouched"]) == record["settings"]["passages"]
+    for name in ("first_minus_untouched", "control_minus_untouched"):
+        found = record["replacement"][name]
+        assert found["words"] == sinks.words(found["mean"], found["low"], found["high"])
+    assert record["heads"]["weights_check"] < 1e-4

@@ -42,11 +42,17 @@ def check_images(images, patch_size):
         raise ValueError(f"images must have shape (B, C, H, W) with no empty axis, got {tuple(images.shape)}")
     if not images.is_floating_point():
         raise TypeError(f"images must hold floating-point pixels, got {images.dtype}; convert them with "
-                        "images.float() / 255 for pixels stored as bytes")
+                        "images.float(), and divide by 255 as well only for bytes (0 to 255) that are to be scaled to "
+                        "0 to 1 (images.float() / 255)")
     height, width = images.shape[-2:]
     if height % patch_size or width % patch_size:
+        channels_last = ""
+        if images.shape[-1] in (1, 3) and images.shape[1] not in (1, 3):
+            channels_last = (f"; shape {tuple(images.shape)} looks like pictures stored channels-last (B, H, W, C): "
+                             "put the channels second with images.permute(0, 3, 1, 2)")
         raise ValueError(f"a patch of {patch_size} x {patch_size} pixels does not divide the image of {height} x {width}: "
-                         f"crop or pad the image to a multiple of {patch_size} on each side, or choose another patch size")
+                         f"crop or pad the image to a multiple of {patch_size} on each side, or choose another patch size"
+                         f"{channels_last}")
     require_finite("images", images, "every patch that holds it would carry it into attention")
     return patch_size
 

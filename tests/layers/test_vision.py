@@ -46,7 +46,9 @@ def test_the_grid_is_read_row_major():
     (torch.rand(1, 1, 28, 30), "does not divide the image of 28 x 30"),
     (torch.rand(1, 1, 0, 28), "no empty axis"),
     (torch.full((1, 1, 28, 28), math.nan), "NaN"),
-    (torch.zeros(1, 1, 28, 28, dtype=torch.uint8), r"images.float\(\) / 255"),
+    (torch.zeros(1, 1, 28, 28, dtype=torch.uint8), r"convert them with images.float\(\), .*only for bytes"),
+    (torch.rand(2, 28, 28, 1), r"channels-last \(B, H, W, C\): .*images.permute\(0, 3, 1, 2\)"),
+    (torch.rand(2, 28, 28, 3), r"images.permute\(0, 3, 1, 2\)"),
 ])
 def test_hostile_pictures_get_a_sentence(images, message):
     with pytest.raises((ValueError, TypeError), match=message):

@@ -46,7 +46,7 @@ def test_the_right_answers_are_the_course_s_formulas():
     (_q4_1(signed=True), "as Q4_0 stores them"),
     (_q4_1(swap_scale=True), "the scale and the minimum are swapped"),
     (_q4_1()[:16], "holds 32 weights"),
-    (_q4_1() + 0.5, "differs in"),
+    (_q4_1() + 0.5, "entries in your weights are wrong"),
 ])
 def test_exercise_16_1_names_the_mistake(answer, words):
     not_yet("16.1", answer, words)
@@ -68,7 +68,7 @@ def test_exercise_16_2_names_the_mistake(answer, words):
 @pytest.mark.parametrize(("answer", "words"), [
     ([1000, 999, 998, 997], "absolute positions"), ([260, 259, 258, 257], "off by one"),
     ([255, 254, 253, 252], "the 4 sinks come first"), ([256, 257, 258, 259], "reversed"),
-    ([259, 258], "one distance per sink"), ([1, 2, 3, 4], "differs"),
+    ([259, 258], "one distance per sink"), ([1, 2, 3, 4], "entries in your distances are wrong"),
 ])
 def test_exercise_16_3_names_the_mistake(answer, words):
     not_yet("16.3", answer, words)

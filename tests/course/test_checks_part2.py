@@ -112,7 +112,7 @@ def test_step_mask():
     assert "dtype=bool" in not_yet("10.2", right.int())
     one_off = right.clone()
     one_off[0, 7] = True  # new query 0 (position 6) would see position 7
-    assert "differs in one of its 40 entries" in not_yet("10.2", one_off)
+    assert "one of the 40 entries in your mask is wrong" in not_yet("10.2", one_off)
     assert "is the wrong way round" in not_yet("10.2", one_off)
 
 

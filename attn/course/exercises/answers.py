@@ -291,7 +291,8 @@ def _numbers(array, expects):
     if array.dtype == bool:
         if single:
             raise AnswerError(f"{what} is {bool(array)}, a yes/no value, but it should be {expects.noun}.")
-        convert = ".astype(int)" if kind == "whole" else ".astype(float)"
+        convert = ".long() on a tensor, .astype(int) on a NumPy array" if kind == "whole" else \
+            ".float() on a tensor, .astype(float) on a NumPy array"
         raise AnswerError(f"{what} holds True/False values, but it should be {expects.noun} (convert with {convert}).")
     values = array.astype(np.float64)
     _check_finite(values, expects, single)

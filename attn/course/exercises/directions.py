@@ -6,7 +6,7 @@ for 2; the predict-first exercises of lessons 13-15 say only the direction, afte
 
 import numpy as np
 
-from attn.course.exercises.judging import rounding_problem
+from attn.course.exercises.judging import AGAIN, rounding_problem
 
 
 def direction_only(answer, expected, what):
@@ -16,7 +16,7 @@ def direction_only(answer, expected, what):
     if rounded is not None:
         return rounded
     got, target = float(answer), float(expected)
-    again = "work it through again from the lesson's formula"
+    again = AGAIN
     if target != 0 and got != 0 and (got > 0) != (target > 0):
         return f"{what} has the wrong sign; {again}."
     if got == 0:

@@ -4,6 +4,10 @@ rounded; never the expected value itself, nor a factor or a difference that woul
 
 import numpy as np
 
+# What a miss is told after which way it is off: no measure of how far (issue 52), and no "formula" that a lesson
+# may not have.
+AGAIN = "work it through again"
+
 
 def matches(answer, candidate, atol=1e-6):
     """True when a clean answer equals ``candidate`` (a known mistake, or the right answer) in shape and value."""
@@ -46,11 +50,12 @@ def compare(answer, expected, what, atol=1e-6):
         return how_far(answer, expected, what)
     positions, first, index = found
     miss = _entry_miss(answer[first], expected[first])
+    # The sentences name the entries, not ``what``, as their subject: "your tokens" and "your vector" both read right.
     if answer.size == 1:
-        return f"{what} holds one number, and it {miss}."
+        return f"the one number in {what} {miss}."
     if len(positions) == 1:
-        return f"{what} differs in one of its {answer.size} entries: the one at index {index} {miss}."
-    return f"{what} differs in {_how_many(positions, answer)} entries; the first, at index {index}, {miss}."
+        return f"one of the {answer.size} entries in {what} is wrong: the one at index {index} {miss}."
+    return f"{_how_many(positions, answer)} entries in {what} are wrong; the first, at index {index}, {miss}."
 
 
 compare_without_answer = compare  # the name the predict-first checks used; every check now hides the answer
@@ -127,7 +132,7 @@ def _wrong_entries(answer, expected, atol):
 
 
 def _how_many(positions, answer):
-    return f"all {answer.size}" if len(positions) == answer.size else f"{len(positions)} of its {answer.size}"
+    return f"all {answer.size}" if len(positions) == answer.size else f"{len(positions)} of the {answer.size}"
 
 
 def _entry_miss(got, expected):
@@ -139,9 +144,9 @@ def _entry_miss(got, expected):
 
 def _miss(answer, expected):
     """The verb phrase of ``how_far``: "is too large; work it through again ...", "has the wrong sign; ..."."""
-    again = "work it through again from the lesson's formula"
+    again = AGAIN
     if expected == 0:
-        return f"is not it; {again}"
+        return f"is wrong; {again}"
     if answer == 0:
         return f"is 0, but the answer is not; {again}"
     if (answer > 0) != (expected > 0):
@@ -166,7 +171,7 @@ def _size_of_miss(answer, expected):
         return f"is close, but a little {direction}: is it rounded? Use the unrounded value, not printed digits"
     if max(ratio, 1 / ratio) >= 1000:
         return f"is far {direction}: check the units"
-    return f"is {direction}; work it through again from the lesson's formula"
+    return f"is {direction}; {AGAIN}"
 
 
 def _shape_problem(got, expected, what):

@@ -53,7 +53,7 @@ def _split(shape, expected):
     if len(shape) == 4 and shape[3] != head_dim and shape[1] == heads:
         return "the last axis is the size of each head, d = E / H."
     if shape != expected:
-        return f"{shape} is not it: the order is (B, H, T, d), and d = E / H."
+        return f"{shape} is the wrong shape: the order is (B, H, T, d), and d = E / H."
     return None
 
 

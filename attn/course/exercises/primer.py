@@ -270,7 +270,7 @@ def _stack_shape(shape, expected):
         )
     if shape != expected:
         return (
-            f"{shape} is not it: torch.stack keeps each tensor's axes, in order, and inserts one new axis whose size is "
+            f"{shape} is the wrong shape: torch.stack keeps each tensor's axes, in order, and inserts one new axis whose size is "
             "the number of tensors, at position dim."
         )
     return None

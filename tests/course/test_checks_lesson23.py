@@ -48,7 +48,8 @@ def test_the_right_answers_are_the_course_s_own():
     (_patches(grid_column_first=True), "read column-first: the grid"), (_patches(pixels_column_first=True), "pixels"),
     (_patches(True, True), "twice"), (np.arange(16).reshape(4, 4), "picture's rows"),
     (np.arange(16).reshape(4, 4).T, "picture's columns"), ([PATCHES], "drop the batch axis"),
-    ([[0, 1], [2, 3]], "one row per patch"),
+    ([[0, 1], [2, 3]], "one row per patch"), (np.array(PATCHES) / 255, "divided by 255"),
+    ([[0, 1, 4, 5], [2, 3, 6, 7], [8, 9, 12, 13], [10, 11, 14, 16]], "one of the 16 entries in your tokens is wrong"),
     ([[0, 1, 4, 5], [2, 3, 6, 7], [8, 9, 12, 13], [10, 11, 14, 16]], "index (3, 3)"), ("patches", "array of numbers"),
 ])
 def test_exercise_23_1_names_the_mistake(answer, words):
@@ -59,6 +60,7 @@ def test_exercise_23_1_names_the_mistake(answer, words):
     (_angles(class_on_grid=True), "class token a patch position"), (_angles(register_on_grid=True), "register a patch"),
     (_angles(by_column=True), "columns"), (_angles(grid_column_first=True), "column-first"),
     ([0, 0, 0, 1, 1, 1], "8 in all"), ([0, 0, 0, 0, 0, 1, 1, 2], "index 7"), (None, "nothing yet"),
+    ([0, 0, 0, 0, 0, 1, 1, 2], "its index among the patches (0 to 5)"),
 ])
 def test_exercise_23_2_names_the_mistake(answer, words):
     not_yet("23.2", answer, words)
@@ -67,7 +69,10 @@ def test_exercise_23_2_names_the_mistake(answer, words):
 @pytest.mark.parametrize(("answer", "words"), [
     (_turned(("row", "row")), "by row for both halves"), (_turned(("col", "col")), "with the column"),
     (_turned(("col", "row")), "swaps the halves"), (_turned(one_d=True), "1D rotary's frequencies"),
-    (_turned(backwards=True), "wrong way"), ([1.0, 0.0], "8 numbers"), ([1, 0, 1, 0, 1, 0, 1, 0], "entries"),
+    (_turned(backwards=True), "wrong way"), ([1.0, 0.0], "8 numbers"), ([1, 0, 2, 0, 1, 0, 1, 0], "entries"),
+    ([1, 0, 1, 0, 1, 0, 1, 0], "the query as it was"), (_turned(base=10000.0), "base 10000, lesson 8's"),
+    (_turned(base=10000.0), "uses base 100:"), (_turned(mixed=True), "the row and the column together"),
+    (_turned(degrees=True), "degrees"), ([TURNED], "drop the batch axis"), (torch.tensor([TURNED]), "shape (1, 8)"),
     (float("nan"), "NaN"),
 ])
 def test_exercise_23_3_names_the_mistake(answer, words):
@@ -78,6 +83,8 @@ def test_exercise_23_3_names_the_mistake(answer, words):
     ((2, 21, 32), "keeps the registers"), ((2, 16, 32), "drops the class token as well"),
     ((2, 20, 32), "other way round"), ((2, 50, 32), "7 x 7"), ((17, 32), "batch axis"), ((2, 17), "three sizes"),
     ((2, 18, 32), "after the registers are dropped"), ("two by many", "text"),
+    ((2, 17, 49), "a patch's 7 x 7 pixels"), ((2, 32, 17), "wrong order"), ((2, 17, 16), "check E, the width"),
+    ((1, 17, 32), "check B, the batch"),
 ])
 def test_exercise_23_4_names_the_mistake(answer, words):
     not_yet("23.4", answer, words)

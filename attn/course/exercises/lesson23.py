@@ -2,9 +2,10 @@
 rotary, and the shape of a ViT's output with registers.
 
 Each names the mistakes the lesson warns of where they give another answer: patches read column-first (the grid, or
-the pixels inside a patch), the class token given a patch position, rotary pairs split by row for both halves (or by
-column, or the halves swapped, or 1D rotary's frequencies), and registers kept in the output. The expected value is
-never shown.
+the pixels inside a patch) or divided by 255, the class token given a patch position, rotary pairs split by row for both
+halves (or by column, or the halves swapped, or 1D rotary's frequencies, or lesson 8's base 10000, or every pair turned
+by row and column together, or angles in degrees, or the query left unturned), and registers kept in the output (or
+the axes out of order, or a patch's pixels as the width). The expected value is never shown.
 """
 
 import numpy as np
@@ -73,12 +74,15 @@ def _tokens(answer, expected):
         (_picture(), "those are the picture's rows, not its patches: a reshape alone does not gather a patch's "
                      "pixels, which sit on two rows; split each side, then permute"),
         (_picture().T, "those are the picture's columns, not its patches"),
+        (_patches() / 255, "those pixels are divided by 255: this picture holds the whole numbers 0 to 15, "
+                                   "not bytes to scale; turn them into floats with .float() alone"),
     ):
         if matches(answer, mistake):
             return hint + "."
     if answer.shape != expected.shape:
-        return (f"give one row per patch and one column per pixel of a patch: the {SIDE} x {SIDE} picture holds "
-                f"({SIDE} / {PATCH})**2 patches of {PATCH} x {PATCH} pixels.")
+        grid = SIDE // PATCH
+        return (f"give one row per patch and one column per pixel of a patch: the {SIDE} x {SIDE} picture cut into "
+                f"patches of {PATCH} x {PATCH} pixels makes a grid of {grid} x {grid} patches.")
     return compare(answer, expected, "your tokens") + " Read the grid row by row, and each patch row by row."
 
 
@@ -134,11 +138,13 @@ def _rows(answer, expected):
     if answer.ndim != 1 or answer.size != expected.size:
         return (f"give one angle per token, {PREFIX + GRID_ROWS * GRID_COLS} in all: the class token, the register, "
                 "then the patches.")
-    return compare(answer, expected, "your angles") + " A patch's row is its index over the grid's width, rounded down."
+    return compare(answer, expected, "your angles") + (" A patch's row is its index among the patches (0 to "
+                                                      f"{GRID_ROWS * GRID_COLS - 1}) divided by the grid's width, rounded down.")
 
 
-def _turned(halves=("row", "col"), one_d=False, backwards=False):
-    """QUERY turned at (ROW, COL), or as a mistake turns it: the axis of each half, 1D frequencies, the wrong way."""
+def _turned(halves=("row", "col"), one_d=False, backwards=False, base=BASE, mixed=False, degrees=False):
+    """QUERY turned at (ROW, COL), or as a mistake turns it: the axis of each half, 1D frequencies, the wrong way,
+    another base, every pair turned by row and column together (``mixed``), angles taken as degrees."""
     query = np.array(QUERY)
     d = len(query)
     quarter = d // 4
@@ -146,9 +152,10 @@ def _turned(halves=("row", "col"), one_d=False, backwards=False):
     angles = []
     for i in range(d // 2):
         half = halves[0] if i < quarter else halves[1]
-        frequency = BASE ** (-2 * i / d) if one_d else BASE ** (-4 * (i % quarter) / d)
-        angles.append(place[half] * frequency * (-1 if backwards else 1))
-    angles = np.array(angles)
+        frequency = base ** (-2 * i / d) if one_d else base ** (-4 * (i % quarter) / d)
+        turn = (ROW + COL) if mixed else place[half]
+        angles.append(turn * frequency * (-1 if backwards else 1))
+    angles = np.radians(angles) if degrees else np.array(angles)
     even, odd = query[0::2], query[1::2]
     out = np.empty(d)
     out[0::2] = even * np.cos(angles) - odd * np.sin(angles)
@@ -177,7 +184,16 @@ def _package_turned():
 def _rotated(answer, expected):
     if matches(answer, expected):
         return None
+    if answer.ndim > 1 and answer.size == expected.size and matches(answer.reshape(-1), expected):
+        return f"drop the batch axis: give the one turned vector, {len(QUERY)} numbers, not an array of shape {answer.shape}."
     for mistake, hint in (
+        (np.array(QUERY), "that is the query as it was: turn it, each pair by its axis's place times its frequency"),
+        (_turned(base=10000.0), "that uses base 10000, lesson 8's: this exercise's 2D rotary, like DINOv3's, uses base "
+                                "100: at 10000 the slow pairs would barely turn across a grid a few patches wide"),
+        (_turned(mixed=True), "that turns every pair by the row and the column together: in axial 2D rotary the first "
+                              "d/4 pairs turn with the row alone, the rest with the column alone"),
+        (_turned(degrees=True), "that reads the angles as degrees: rotary's angles are in radians, as np.cos and "
+                                "torch.cos take them"),
         (_turned(("row", "row")), "that splits the rotary pairs by row for both halves: the second half of the "
                                   "pairs turns with the column"),
         (_turned(("col", "col")), "that turns every pair with the column: the first half of the pairs turns with "
@@ -208,7 +224,8 @@ def _package_shape():
     from attn.models.vit import VisionTransformer
 
     with torch.random.fork_rng(), torch.no_grad():  # its random weights leave the learner's random numbers alone
-        model = VisionTransformer(IMAGE, VIT_PATCH, WIDTH, 4, 1, 0, registers=REGISTERS)
+        model = VisionTransformer(image_size=IMAGE, patch_size=VIT_PATCH, embed_dim=WIDTH, num_heads=4, num_layers=1,
+                                  num_classes=0, registers=REGISTERS)
         return tuple(model.features(torch.zeros(BATCH, 1, IMAGE, IMAGE)).shape)
 
 
@@ -236,4 +253,13 @@ def _shape(shape, expected):
             return hint + "."
     if len(shape) != 3:
         return "give three sizes: (B, T, E), the batch, the tokens and the width."
-    return f"{shape} is not it: count the tokens that come out (B, T, E), after the registers are dropped."
+    if sorted(shape) == sorted(expected):
+        return "those are the right sizes in the wrong order: features gives (B, T, E), the batch, the tokens, the width."
+    if shape[2] == VIT_PATCH * VIT_PATCH:
+        return (f"{shape[2]} is a patch's {VIT_PATCH} x {VIT_PATCH} pixels, the token before it is embedded: features "
+                "gives every token at the model's width, E.")
+    wrong = [name for name, got, right in zip(("B, the batch", "T, the tokens", "E, the width"), shape, expected, strict=True)
+             if got != right]
+    if wrong == ["T, the tokens"]:
+        return f"{shape} is the wrong shape: count the tokens that come out, after the registers are dropped."
+    return f"that is not the shape features gives: check {' and '.join(wrong)}, in (B, T, E)."

@@ -1,6 +1,6 @@
 """SmolLM2-135M read through caches that forget on purpose (lesson 21), at equal bytes. One seeded command:
 
-    python -m attn.experiments.compressed_caches --out lessons/records        # about 30 minutes, one thread
+    python -m attn.experiments.compressed_caches --out lessons/records        # about 25 CPU-minutes, one thread each
     python -m attn.experiments.compressed_caches --out DIR --size tiny       # seconds: a small random LlamaLM
 
 reads the converted model (``attn.pretrained.load()``), the corpus (``python -m attn.corpus``) and lesson 16's record
@@ -8,42 +8,52 @@ reads the converted model (``attn.pretrained.load()``), the corpus (``python -m 
 
 Every method is sized to hold 1/2, 1/4, 1/8 and 1/16 of the full cache's bytes (float32 keys and values) where its
 settings allow, and the record says the share it really held (mean over the scored steps of its bytes over the full
-cache's at the same step: codes, scales, zero points and KIVI's full-precision residual all counted):
+cache's at the same step: codes, scales, zero points and KIVI's full-precision residual all counted). The evicting
+caches' bookkeeping (the positions of the entries held, the rule's scores, SnapKV's observation rows) is reported
+beside it as ``bookkeeping_share`` on the same scale, so that "equal bytes" can be read with or without it; and
+``bytes_share_of_float16`` gives each share against a 16-bit full cache (half the float32 one's bytes):
 
 - ``kivi``: attn.compressed_cache.QuantizedKVCache at 16, 8, 4 and 2 bits, keys grouped per channel over runs of 32
   positions, values per token in groups of 32 channels, 32 recent positions in full precision, scales and zero
   points in float16 (as KIVI keeps them); ``fp8``: one scale for keys and one for values (transformers', vLLM's).
 - ``h2o``, ``snapkv``, ``tova``, ``knorm``, ``streaming``: attn.compressed_cache.EvictingKVCache keeping
-  ``budget = T * share`` entries per key/value head (T the sequence's length): H2O and SnapKV with a recent window
-  of budget / 4 (SnapKV's observation window; at least 1), TOVA and K-norm with none, none of the four with
+  ``budget = T * share`` entries per key/value head (T the sequence's length): H2O with a recent window of
+  budget / 2 (its paper splits the budget equally between heavy hitters and recent tokens), SnapKV with one of
+  budget / 4 (its observation window; at least 1), TOVA and K-norm with none, none of the four with
   protected sink tokens (as their papers have them: whether a rule keeps the sink is measured, not imposed);
   StreamingLLM with min(4, budget / 2) sinks and the rest recent.
 - ``h2o_int8``: evict, then quantize what is kept (H2O, 8-bit codes in one group per entry of a head), its budget set
   so that the bytes held are 1/4, 1/8 and 1/16 of the full cache's.
 
-Three tasks, each a sequence of T tokens whose last tokens are scored one decode step at a time after the rest is
+Four tasks, each a sequence of T tokens whose last tokens are scored one decode step at a time after the rest is
 read at once (the prompt; an evicting cache cuts it down to its budget after reading it, as SnapKV does):
 
 1. ``loss``: held-out loss on a stretch of Persuasion (nats a token over the last ``scored`` tokens);
-2. ``copy``: lesson 16's copying: a passage of T / 2 tokens seen twice, the loss on the last ``scored`` tokens of the
-   second copy (induction heads make it small, if the first copy is still held);
+2. ``copy``: lesson 16's copying: T - 2P tokens of Persuasion, then a passage of P = 3T / 8 tokens seen twice
+   (96 of 256), the loss on the last ``scored`` tokens of the second copy (induction heads make it small, if the
+   first copy is still held). The period P sits between the budgets of 1/4 and 1/2 (64 and 128 entries), on none:
+   at T / 2 a recent window of the half budget would hold the first copy's tokens exactly to its edge;
 3. ``retrieval``: a secret number planted far back (after ``plant_at`` tokens of Persuasion) and asked for at the end
    after more Persuasion; the score is the model's log-probability of the right answer's tokens. The question is
-   read one token at a time after the prompt was cut down: a rule cannot choose its entries knowing the question.
+   read one token at a time after the prompt was cut down: a rule cannot choose its entries knowing the question;
+4. ``retrieval_aware``: the same sequences, the question inside the prompt that is cut down (SnapKV's and TOVA's
+   setting: the last queries, whose attention they score by, are the question's); only the answer is decoded.
 
 Each as paired differences from the full cache over passages, with 95% intervals (attn.common.stats.paired_interval).
 For the evicting caches, which heads they starve: the share of each head's full-cache attention (the last query of the
 copying task) that falls on entries the rule still holds, by lesson 16's head types, and how often the first position
 (the sink) is still held at the end of each task. Bytes read per decode step: the keys and values attention reads.
 
-Cost: about 20 minutes of one CPU thread (the shipped record's wall time is in its ``seconds``). The methods are
-measured in ``workers`` forked processes of one math thread each (4 for the full size): on the 2-core machine the
-record was made on, shared with other work (a load of 7 to 8), one process alone would have taken over two hours.
-The size (5 passages, 16 scored tokens each) was chosen for that budget.
+Cost: the shipped record's wall time is its ``seconds`` and its CPU time (every worker's) its ``cpu_seconds``. The
+methods are measured in ``workers`` forked processes of one math thread each (4 for the full size), so that the run
+ends on a 2-core machine shared with other work. The size (8 passages a task, 16 scored tokens each) was chosen to stay
+within 30 CPU-minutes: a passage costs about 6 CPU-seconds a method (three sequences read with 16 decode steps, one
+with 4), 29 caches with the full one.
 """
 
 import math
 import multiprocessing
+import resource
 import time
 from pathlib import Path
 
@@ -65,7 +75,7 @@ READING_NAME = "smollm2_reading.json"
 SHARES = (2, 4, 8, 16)  # each method holds 1 / share of the full cache's bytes
 RULES = ("h2o", "snapkv", "tova", "knorm", "streaming")
 SIZES = {
-    "full": {"passages": 5, "length": 256, "scored": 16, "plant_at": 32, "group_size": 32, "residual": 32, "seed": 0,
+    "full": {"passages": 8, "length": 256, "scored": 16, "plant_at": 32, "group_size": 32, "residual": 32, "seed": 0,
              "workers": 4},
     "tiny": {"passages": 2, "length": 32, "scored": 3, "plant_at": 4, "group_size": 4, "residual": 4, "seed": 0,
              "workers": 1},
@@ -75,6 +85,7 @@ TINY_MODEL = {"vocab_size": 64, "context_length": 64, "embed_dim": 16, "num_head
 FACT = " The secret number is {number}."
 QUESTION = " What is the secret number? The secret number is"
 ANSWER = " {number}"
+TASKS = ("loss", "copy", "retrieval", "retrieval_aware")
 
 
 # The methods ----------------------------------------------------------------------------------------------------
@@ -112,8 +123,10 @@ def _rule_protection(rule, budget):
     """(sink_tokens, window) each rule keeps whatever its score says."""
     if rule == "streaming":
         return min(4, budget // 2), 0
-    if rule in ("h2o", "snapkv"):
-        return 0, max(1 if rule == "snapkv" else 0, budget // 4)
+    if rule == "h2o":
+        return 0, budget // 2  # H2O's paper: as many recent tokens as heavy hitters
+    if rule == "snapkv":
+        return 0, max(1, budget // 4)
     return 0, 0
 
 
@@ -130,8 +143,8 @@ def _maker(kind, *args, **kwargs):
 def _read_sequence(model, tokens, start, make=None):
     """Read ``tokens`` (T,) through caches from ``make`` (None: lesson 10's full KVCache): tokens 0 .. start - 1 at
     once (the prompt), then one decode step per token. Returns (log-probabilities (T - start,) of tokens start .. T - 1
-    as each was predicted, the caches,
-    the bytes they held after each decode step (list), the seconds per decode step)."""
+    as each was predicted, the caches, the bytes they held after each decode step (a list of (keys and values,
+    bookkeeping) pairs), the seconds per decode step)."""
     caches = caches_for(model, make or KVCache)
     logits = model(tokens[None, :start], caches=caches)[0, -1]
     log_probs = [functional.log_softmax(logits.double(), dim=-1)[tokens[start]]]
@@ -139,7 +152,8 @@ def _read_sequence(model, tokens, start, make=None):
     for position in range(start, len(tokens) - 1):
         logits = model(tokens[None, position:position + 1], caches=caches)[0, -1]
         log_probs.append(functional.log_softmax(logits.double(), dim=-1)[tokens[position + 1]])
-        held.append(sum(cache.nbytes for cache in caches))
+        held.append((sum(cache.nbytes for cache in caches),
+                     sum(getattr(cache, "bookkeeping_nbytes", 0) for cache in caches)))
     steps = max(1, len(tokens) - 1 - start)
     return torch.stack(log_probs), caches, held, (time.perf_counter() - began) / steps
 
@@ -175,17 +189,30 @@ def _retrieval_sequence(filler, fact, question, answer, length, plant_at):
     return tokens, length - len(answer) - len(question), length - len(answer)
 
 
+def copy_period(length):
+    """The copying task's period P for sequences of ``length`` tokens: 3 * length // 8, between the budgets of 1/4
+    and 1/2 of the length and on neither."""
+    return 3 * length // 8
+
+
+def _copy_sequence(stream, length):
+    """(length,): the stream's first length - 2P tokens, then its next P tokens twice (P = copy_period(length))."""
+    period = copy_period(length)
+    lead = length - 2 * period
+    return torch.cat((stream[:lead], stream[lead:lead + period], stream[lead:lead + period]))
+
+
 def _task_sequences(streams, settings, encode, generator):
-    """Per passage, the three tasks' (tokens (T,), tokens read at once, first scored position): loss, copy, retrieval.
+    """Per passage, the four tasks' (tokens (T,), tokens read at once, first scored position): loss, copy, retrieval
+    with the question read after the cut, retrieval with the question inside the prompt that is cut.
     streams (3N, T): evenly spread stretches of held-out text; ``encode`` turns text into ids (None: random ids, the
     tiny size). Returns (the tasks, the secret numbers)."""
     count, length, scored = settings["passages"], settings["length"], settings["scored"]
-    tasks = {"loss": [], "copy": [], "retrieval": []}
+    tasks = {task: [] for task in TASKS}
     numbers = []
     for index in range(count):
         tasks["loss"].append((streams[index], length - scored, length - scored))
-        half = streams[count + index][:length // 2]
-        tasks["copy"].append((torch.cat((half, half)), length - scored, length - scored))
+        tasks["copy"].append((_copy_sequence(streams[count + index], length), length - scored, length - scored))
         number = int(torch.randint(1000, 10000, (1,), generator=generator))
         numbers.append(number)
         if encode is None:  # the tiny size: random ids stand for the fact, the question and the answer
@@ -193,8 +220,10 @@ def _task_sequences(streams, settings, encode, generator):
         else:
             fact, question, answer = (torch.tensor(encode(text.format(number=number)), dtype=torch.long)
                                       for text in (FACT, QUESTION, ANSWER))
-        tasks["retrieval"].append(_retrieval_sequence(streams[2 * count + index], fact, question, answer, length,
-                                                     settings["plant_at"]))
+        tokens, asked, answered = _retrieval_sequence(streams[2 * count + index], fact, question, answer, length,
+                                                      settings["plant_at"])
+        tasks["retrieval"].append((tokens, asked, answered))
+        tasks["retrieval_aware"].append((tokens, answered, answered))
     return tasks, numbers
 
 
@@ -209,7 +238,7 @@ def _interval(compressed, full):
 
 def _scores(log_probs, task):
     """A task's score of one passage: mean loss (nats a token) for loss and copy, summed log-probability for retrieval."""
-    return float(log_probs.sum()) if task == "retrieval" else float(-log_probs.mean())
+    return float(log_probs.sum()) if task.startswith("retrieval") else float(-log_probs.mean())
 
 
 def _held_by_type(weights, kept, types):
@@ -256,13 +285,19 @@ def _measure(model, tasks, types, settings, progress=print):
     return {
         "shares": [round(1 / share, 4) for share in SHARES],
         "full_bytes_per_token": full_per_token,
+        "full_bytes_per_token_float16": full_per_token // 2,
         "full": {**{task: [round(value, 4) for value in values] for task, values in full.items()},
                  "seconds_per_step": round(sum(full_seconds) / len(full_seconds), 4)},
         "units": {"loss": "nats a token over the scored tokens", "copy": "nats a token over the second copy's scored tokens",
                   "retrieval": "log-probability (nats) of the answer's tokens, summed; chance for a 4-digit number is "
-                               f"{-4 * math.log(10):.2f}",
+                               f"{-4 * math.log(10):.2f}; the question read after the prompt was cut down",
+                  "retrieval_aware": "as retrieval, the question inside the prompt that is cut down (SnapKV's, TOVA's setting)",
                   "minus_full": "compressed minus full, mean over passages and its 95% interval (paired)",
-                  "bytes_share": "bytes held over the full cache's at the same step, mean over the loss task's decode steps",
+                  "bytes_share": "keys and values held over the full (float32) cache's bytes at the same step, mean over the "
+                                 "loss task's decode steps",
+                  "bytes_share_of_float16": "the codes' bytes over a float16 full cache's (twice bytes_share)",
+                  "bookkeeping_share": "the evicting caches' positions, scores and SnapKV's observation rows, on the scale "
+                                       "of bytes_share (add the two for everything the cache holds)",
                   "held_by_head_type": "share of each head's full-cache attention (copying task, last query) on entries "
                                        "still held, mean over heads of the type and passages",
                   "sink_kept": "share of (layer, task, passage) whose every key/value head still holds position 0 at the end"},
@@ -270,7 +305,14 @@ def _measure(model, tasks, types, settings, progress=print):
                                 in HEAD_TYPES] + [f"{OTHER}: none of these"], "counts": counts},
         "methods": record_methods,
         "seconds": round(time.perf_counter() - began),
+        "cpu_seconds": round(_cpu_seconds()),
     }
+
+
+def _cpu_seconds():
+    """CPU seconds of this process and of the workers it waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _each_method(context, workers):
@@ -296,7 +338,7 @@ def _measure_method(index):
     torch.set_num_threads(1)
     started = time.perf_counter()
     scores = {task: [] for task in tasks}
-    held_shares, seconds, sink_kept, heads = [], [], [], []
+    held_shares, bookkeeping, seconds, sink_kept, heads = [], [], [], [], []
     for task, sequences in tasks.items():
         for number, (tokens, start, scored) in enumerate(sequences):
             log_probs, caches, held, step_seconds = _read_sequence(model, tokens, start, method["make"])
@@ -304,7 +346,8 @@ def _measure_method(index):
             seconds.append(step_seconds)
             if task == "loss":
                 seen = range(start + 1, start + 1 + len(held))
-                held_shares.append(sum(h / (full_per_token * t) for h, t in zip(held, seen, strict=True)) / len(held))
+                held_shares.append(sum(h / (full_per_token * t) for (h, _), t in zip(held, seen, strict=True)) / len(held))
+                bookkeeping.append(sum(b / (full_per_token * t) for (_, b), t in zip(held, seen, strict=True)) / len(held))
             if method["family"] != "quantize":
                 sink_kept.append(sum(bool((cache.positions == 0).any(dim=-1).all()) for cache in caches) / layers)
                 if task == "copy":
@@ -313,6 +356,9 @@ def _measure_method(index):
     entry = {key: method[key] for key in ("name", "family", "target", "settings")}
     entry["target"] = round(entry["target"], 4)
     entry["bytes_share"] = round(sum(held_shares) / len(held_shares), 4)
+    if method["family"] != "evict":  # codes against a 16-bit full cache (an evicting cache in float16 halves too)
+        entry["bytes_share_of_float16"] = round(2 * sum(held_shares) / len(held_shares), 4)
+    entry["bookkeeping_share"] = round(sum(bookkeeping) / len(bookkeeping), 4)
     entry["bytes_read_per_step"] = round(entry["bytes_share"] * full_per_token * settings["length"])
     entry["seconds_per_step"] = round(sum(seconds) / len(seconds), 4)
     for task in tasks:
@@ -325,7 +371,8 @@ def _measure_method(index):
         entry["sink_kept"] = round(sum(sink_kept) / len(sink_kept), 4)
     context["step"](f"{method['name']} at 1/{round(1 / method['target'])}: {entry['bytes_share']:.3f} of the bytes, "
                     f"loss {entry['loss_minus_full']['mean']:+.3f}, copy {entry['copy_minus_full']['mean']:+.3f}, "
-                    f"retrieval {entry['retrieval_minus_full']['mean']:+.3f} ({time.perf_counter() - started:.0f} s)")
+                    f"retrieval {entry['retrieval_minus_full']['mean']:+.3f}, aware "
+                    f"{entry['retrieval_aware_minus_full']['mean']:+.3f} ({time.perf_counter() - started:.0f} s)")
     return entry
 
 
@@ -369,8 +416,10 @@ def run(out, size="full", progress=print):
         model, tokenizer = load()
         tokens = torch.tensor(tokenizer.encode(austen()[HELD_OUT]), dtype=torch.long)
         streams, encode = held_out_streams(tokens, settings["length"], 3 * count), tokenizer.encode
-        text = (f"{3 * count} evenly spread stretches of {TITLES[HELD_OUT]}, {count} for each task; {count} passages "
-                "were chosen so that the run takes about 30 minutes on one thread of a shared 2-core machine")
+        text = (f"{3 * count} evenly spread stretches of {TITLES[HELD_OUT]}, {count} for each task (the two retrieval "
+                f"arms read the same {count}); {count} passages were chosen so that the run stays within 30 CPU-minutes "
+                "(about 6 CPU-seconds a passage for each of the 29 caches); the measured wall and CPU seconds are "
+                "'seconds' and 'cpu_seconds'")
     tasks, numbers = _task_sequences(streams, settings, encode, generator)
     record = {"size": size, "text": text, "seed": settings["seed"], "settings": settings,
               "retrieval": {"fact": FACT, "question": QUESTION, "answer": ANSWER, "numbers": numbers},
@@ -383,7 +432,7 @@ DESCRIPTION = ("Read SmolLM2-135M through quantized and evicting KV caches at 1/
 
 
 def main(argv=None):
-    durations = {"full": "about 30 minutes", "tiny": "seconds"}
+    durations = {"full": "about 25 CPU-minutes", "tiny": "seconds"}
     record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, durations, run, argv)
     worst = min(record["methods"], key=lambda entry: entry["retrieval_minus_full"]["mean"])
     print(f"Wrote {out / RESULTS_NAME}: {len(record['methods'])} compressed caches; the retrieval probe loses most with "

@@ -24,7 +24,7 @@ from attn.kvcache import KVCache
 from tests.verdicts import names_the_mistake
 
 # The expected values as a learner would see them printed; none may appear in a "Not yet" reply.
-ANSWERS = {"21.1": ("0.2", "0.5"), "21.2": ("7680", "7,680"), "21.3": ("[0, 1, 5, 8, 9]", "1, 5"), "21.4": ("64",)}
+ANSWERS = {"21.1": ("0.2", "0.5"), "21.2": ("9216", "9,216"), "21.3": ("[0, 1, 5, 8, 9]", "1, 5"), "21.4": ("64",)}
 
 
 def not_yet(exercise_id, answer, words):
@@ -33,7 +33,7 @@ def not_yet(exercise_id, answer, words):
 
 @pytest.mark.parametrize(("exercise_id", "answer"), [
     ("21.1", [0.2, 0.5, 0.2]), ("21.1", np.array([0.2, 0.5, 0.2])), ("21.1", torch.tensor([0.2, 0.5, 0.2])),
-    ("21.2", 7680), ("21.2", 7680.0), ("21.3", [0, 1, 5, 8, 9]), ("21.3", [9, 8, 5, 1, 0]), ("21.4", 64),
+    ("21.2", 9216), ("21.2", 9216.0), ("21.3", [0, 1, 5, 8, 9]), ("21.3", [9, 8, 5, 1, 0]), ("21.4", 64),
 ])
 def test_right_answers_are_correct(exercise_id, answer):
     assert verdict(exercise_id, answer).startswith("Correct: ")
@@ -44,7 +44,7 @@ def test_the_right_answers_are_the_course_s_own():
     of 21.4 holds 1/SHARE of the full cache's bytes; 21.1's scales are each channel's range over 3 steps."""
     keys = torch.tensor([[0.1, 6.0, -0.2], [0.4, 7.5, 0.1], [-0.2, 6.6, 0.3], [0.3, 7.2, -0.3]], dtype=torch.float64)
     np.testing.assert_allclose(_key_scales(), ((keys.amax(0) - keys.amin(0)) / 3).numpy())
-    cache = QuantizedKVCache(BITS, GROUP, GROUP, scale_dtype=torch.float16)
+    cache = QuantizedKVCache(BITS, GROUP, GROUP)  # float32 keys: float32 scales and zero points
     cache.append(torch.randn(1, KV_HEADS, GROUP, HEAD_DIM), torch.randn(1, KV_HEADS, GROUP, HEAD_DIM))
     assert cache.quantized_positions == GROUP and cache.residual_positions == 0 and cache.nbytes == _cache_bytes()
     full, evicting = KVCache(), EvictingKVCache(_budget(), "knorm", 0, 0)
@@ -58,14 +58,20 @@ def test_the_right_answers_are_the_course_s_own():
 @pytest.mark.parametrize(("answer", "words"), [
     (_key_scales(per_token=True), "per token"), ([0.15, 0.375, 0.15], "2**bits = 4"), ([0.4, 7.5, 0.3], "symmetric"),
     ([0.6, 1.5, 0.6], "ranges themselves"), ([0.2, 0.5, 0.3], "index 2"), ([0.2, 0.5], "three numbers"),
+    ([0.2, 0.5, 0.7], "your list of scales differs"),  # plural: "scales differs" was the old grammar
+    (torch.tensor([[0.2, 0.5, 0.2]]), "shape (1, 3)"), (np.array([[0.2, 0.5, 0.2]]), "one flat list"),
+    (_key_scales(half=True), "float16 scales"), (torch.tensor([0.2, 0.5, 0.2], dtype=torch.float16), "float16 scales"),
 ])
 def test_exercise_21_1_names_the_mistake(answer, words):
     not_yet("21.1", answer, words)
 
 
 @pytest.mark.parametrize(("answer", "words"), [
-    (6144, "forget the scales"), (6912, "forgets the zero points"), (9216, "float32"), (13824, "a byte of its own"),
-    (49152, "float32 cache"), (3840, "not both"), (99, "too small"), (100000, "too large"), ([7680, 1], "one whole number"),
+    (6144, "forget the scales"), (7680, "float32 scales without their zero points"), (7680, "float16 scales and zero"),
+    (6912, "float16 scales and no zero points"), (15360, "a byte of its own"),
+    (49152, "float32 cache"), (4608, "not both"), (99, "too small"), (100000, "too large"), ([9216, 1], "one whole number"),
+    (73728, "counts bits, not bytes"), (9200, "looks rounded"), (9220, "looks rounded"),
+    (9200, "whole number, not an estimate"),
 ])
 def test_exercise_21_2_names_the_mistake(answer, words):
     not_yet("21.2", answer, words)

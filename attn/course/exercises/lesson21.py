@@ -2,22 +2,26 @@
 and the budget that holds a share of the bytes.
 
 Each names the mistakes the lesson warns of where they give another answer: a scale per token where KIVI groups keys
-per channel, bytes that forget the scales (or the zero points), evicting the sink, forgetting the recent window, and a
-budget counted in pages instead of entries. The expected value is never shown.
+per channel, bytes that forget the scales (or the zero points), bytes counted in bits, evicting the sink, forgetting
+the recent window, and a budget counted in pages instead of entries. The expected value is never shown.
+
+21.2's scales and zero points are float32 (QuantizedKVCache's default, the keys' own dtype): with float16 ones, a
+count that forgot the zero points but took the scales as float32 would give the right number by two cancelling
+mistakes, and no check could name them.
 """
 
 import numpy as np
 
 from attn.course.exercises.answers import Array, Number
 from attn.course.exercises.directions import direction_only
-from attn.course.exercises.judging import compare, matches
+from attn.course.exercises.judging import compare, matches, rounding_problem
 from attn.course.exercises.registry import exercise
 
 # Exercise 21.1: four positions' keys of one head (rows: positions, columns: channels); channel 1 is an outlier channel.
 KEYS = ((0.1, 6.0, -0.2), (0.4, 7.5, 0.1), (-0.2, 6.6, 0.3), (0.3, 7.2, -0.3))
 KEY_BITS = 2
 # Exercise 21.2: one layer's cache, KIVI's layout, after GROUP positions have been made codes (no residual left).
-KV_HEADS, HEAD_DIM, BITS, GROUP, SCALE_BYTES = 3, 64, 4, 32, 2  # float16 scales and zero points
+KV_HEADS, HEAD_DIM, BITS, GROUP, SCALE_BYTES = 3, 64, 4, 32, 4  # float32 scales and zero points
 # Exercise 21.3: H2O's accumulated attention of ten positions, the cache's budget, sinks and window.
 SCORES = (0.45, 2.1, 0.3, 1.4, 0.2, 1.8, 0.5, 1.1, 0.4, 0.6)
 BUDGET, SINKS, WINDOW = 5, 1, 2
@@ -25,7 +29,7 @@ BUDGET, SINKS, WINDOW = 5, 1, 2
 LENGTH, SHARE, PAGE_SIZE = 512, 8, 16
 
 
-def _key_scales(per_token=False, levels=None, symmetric=False, divided=True):
+def _key_scales(per_token=False, levels=None, symmetric=False, divided=True, half=False):
     """KEYS' 2-bit asymmetric scales, one per channel over the four positions (KIVI's), or a mistake's."""
     import torch  # here, not at the top: ``import attn`` and check() must not import torch
 
@@ -41,25 +45,34 @@ def _key_scales(per_token=False, levels=None, symmetric=False, divided=True):
         return spread
     if levels is not None:
         return spread / levels
+    if half:  # the scales stored as float16, as KIVI keeps them
+        return quantize(keys, KEY_BITS, keys.shape[0], axis=0, scale_dtype=torch.float16).scales[0].double().numpy()
     return quantize(keys, KEY_BITS, keys.shape[0], axis=0).scales[0].numpy()
 
 
 @exercise(
     "21.1",
-    Array("your scales"),
+    Array("your list of scales"),
     solution=_key_scales,
     success="each channel's scale is its own range over the four positions over 2**2 - 1 = 3 steps, so the small "
             "channels keep steps of their own size; one scale per position would be set by the outlier channel, and "
             "every small number in that position would land on the same code.",
 )
 def _scales(answer, expected):
+    what = "your list of scales"
+    if answer.shape == (1, expected.size):
+        return (f"your scales have shape (1, {expected.size}): quantize keeps an axis for the groups along the positions "
+                "(one group here); give the three scales as one flat list, such as scales[0].")
     if matches(answer, _key_scales(per_token=True)):
         return ("those are one scale per position (per token): KIVI groups keys per channel, so each of the three "
                 "channels gets one scale over the four positions.")
     if answer.shape != expected.shape:
         return "give three numbers, one scale for each channel (each column of the keys)."
-    if compare(answer, expected, "your scales") is None:
+    if compare(answer, expected, what) is None:
         return None
+    if matches(answer, _key_scales(half=True)) or str(getattr(answer, "dtype", "")) == "float16":
+        return ("those are float16 scales (as KIVI stores them), rounded to about three significant digits: give them "
+                "at full precision, computed in float32 or float64.")
     for mistake, hint in (
         (_key_scales(levels=2**KEY_BITS), "that divides each range by 2**bits = 4: 2 bits give 4 codes, 0 to 3, "
                                           "so a range is cut into 2**bits - 1 steps"),
@@ -70,7 +83,7 @@ def _scales(answer, expected):
     ):
         if matches(answer, mistake):
             return hint + "."
-    return compare(answer, expected, "your scales") + " Each scale is (max - min) / (2**bits - 1) over one channel."
+    return compare(answer, expected, what) + " Each scale is (max - min) / (2**bits - 1) over one channel."
 
 
 def _cache_bytes(scales=True, zero_points=True, scale_bytes=SCALE_BYTES, code_bits=BITS):
@@ -86,9 +99,10 @@ def _cache_bytes(scales=True, zero_points=True, scale_bytes=SCALE_BYTES, code_bi
     "21.2",
     Number("your count", whole=True),
     solution=_cache_bytes,
-    success="the 4-bit codes take half a byte a number, and every group adds a float16 scale and zero point: one per "
-            "channel for the keys, one per 32 channels of each position for the values. Those add a quarter to the "
-            "codes here, which is why a 4-bit cache holds more than an eighth of float32's bytes.",
+    success="the 4-bit codes take half a byte a number, and every group adds a float32 scale and zero point: one per "
+            "channel for the keys, one per 32 channels of each position for the values. Those add half again to the "
+            "codes here, which is why a 4-bit cache holds more than an eighth of float32's bytes (float16 scales, as "
+            "KIVI keeps them, would add a quarter).",
 )
 def _bytes(count, expected):
     if count.shape != ():
@@ -98,16 +112,23 @@ def _bytes(count, expected):
     for mistake, hint in (
         (_cache_bytes(scales=False, zero_points=False), "that counts the codes alone: bytes that forget the scales; "
                                                         "every group also stores a scale and a zero point"),
+        (_cache_bytes(scale_bytes=2), "that gives each group 4 bytes besides its codes: float16 scales and zero points "
+                                      "(as KIVI keeps them), or float32 scales without their zero points; this cache "
+                                      "keeps both, each in float32"),
         (_cache_bytes(zero_points=False), "that counts the codes and the scales but forgets the zero points: "
                                           "asymmetric codes store one beside each scale"),
-        (_cache_bytes(scale_bytes=4), "that stores the scales and zero points in float32 (4 bytes); this cache keeps "
-                                      "them in float16"),
+        (_cache_bytes(zero_points=False, scale_bytes=2), "that counts float16 scales and no zero points: this cache "
+                                                         "keeps a scale and a zero point for every group, each in float32"),
         (_cache_bytes(code_bits=8), "that gives each 4-bit code a byte of its own: two codes are packed into a byte"),
         (2 * KV_HEADS * GROUP * HEAD_DIM * 4, "that is the float32 cache's bytes, before any codes"),
         (_cache_bytes() // 2, "that counts keys or values, not both"),
+        (8 * _cache_bytes(), "that counts bits, not bytes: a byte is 8 bits"),
     ):
         if matches(count, mistake):
             return hint + "."
+    rounded = rounding_problem(count, np.asarray(expected), "your count", whole=True)
+    if rounded is not None:
+        return rounded + " Count the bytes exactly: a count of bytes is a whole number, not an estimate."
     return direction_only(count, expected, "your count")
 
 
@@ -164,7 +185,7 @@ def _budget(in_pages=False):
     Number("your budget", whole=True),
     solution=_budget,
     success="an evicting cache's budget counts entries per key/value head, each as many bytes as a full cache's "
-            "position, so an eighth of the bytes is an eighth of the positions; the pages they sit in are another "
+            "position, so an eighth of the entries' bytes is an eighth of the positions; the pages they sit in are another "
             "matter: entries scattered over the sequence can keep many more pages than budget / page_size.",
 )
 def _entries(budget, expected):

@@ -6,6 +6,13 @@ request feeds its newest token, a request still reading its prompt feeds the nex
 A request whose chunk reaches the end of what it has gets its next token (greedy); a finished one leaves and its
 pages go back at once. When the running requests need more pages than are free, the latest admitted is
 preempted: its pages are freed and it waits again, to be recomputed from its prompt and the tokens it already has.
+
+The scheduler also takes lesson 10's caches and lesson 21's compressed ones (attn.KVCache, QuantizedKVCache,
+EvictingKVCache): given a function that makes one, each admitted request gets one such cache per layer, and each step
+runs every running request's chunk through the model with its own caches (one forward pass a request: these caches
+hold one sequence each, so the batch is scheduled together but not computed together, and there are no pages to share
+or run out of: no prefix caching and no preemption). The tokens are those of decoding each request alone with the
+same kind of cache.
 """
 
 import collections
@@ -14,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 
 from attn.common.validate import positive_int, type_name, whole_count
+from attn.compressed_cache import caches_for
+from attn.kvcache import KVCache
 from attn.serving.pages import PagedKVCache
 from attn.serving.runner import check_servable, forward_step, model_shape
 
@@ -29,6 +38,7 @@ class Request:
     max_new_tokens: int
     computed: int = 0  # positions held in the cache
     admitted: list = field(default_factory=list)  # the steps it was admitted at (more than one: it was preempted)
+    caches: list = None  # its own caches, one per layer, when the scheduler makes them (not pages)
 
     @property
     def generated(self):
@@ -42,6 +52,10 @@ class Request:
 class Scheduler:
     """Scheduler(model, cache, max_batch_size=8, chunk_size=32, prefix_caching=True).
 
+    cache: an attn.serving.PagedKVCache (lesson 19's pool), or a function that returns a new cache of lesson 10's
+    kind for one layer (``attn.KVCache``, ``lambda: QuantizedKVCache(4, 32, 32)``, ``lambda: EvictingKVCache(64,
+    "h2o", 4, 16)``): each request then gets its own caches and is computed alone (prefix_caching applies to pages).
+
     add(prompt, max_new_tokens) -> request id (prompt: a list of token ids, or a 1-D integer tensor);
     step() -> ids finished in this step (one forward pass); run() steps until every request is done;
     results[id]: the generated token ids. Statistics: steps, preemptions, prefix_hits (positions found cached),
@@ -49,13 +63,7 @@ class Scheduler:
 
     def __init__(self, model, cache, max_batch_size=8, chunk_size=32, prefix_caching=True):
         self.model = check_servable(model)
-        if not isinstance(cache, PagedKVCache):
-            raise TypeError(f"cache must be an attn.serving.PagedKVCache, got {type_name(cache)}")
-        layers, kv_heads, head_dim, dtype = model_shape(model)
-        if (cache.num_layers, cache.num_kv_heads, cache.head_dim, cache.dtype) != (layers, kv_heads, head_dim, dtype):
-            raise ValueError(f"the cache holds {cache.num_layers} layers of {cache.num_kv_heads} x {cache.head_dim} "
-                             f"{cache.dtype} and the model needs {layers} layers of {kv_heads} x {head_dim} {dtype}")
-        self.cache = cache
+        self.cache, self.make = _check_cache(model, cache)
         self.max_batch_size = positive_int("max_batch_size", max_batch_size)
         self.chunk_size = positive_int("chunk_size", chunk_size)
         if not isinstance(prefix_caching, bool):
@@ -73,8 +81,8 @@ class Scheduler:
         if positions > self.model.max_length:
             raise ValueError(f"a prompt of {len(tokens)} tokens and {max_new_tokens} new ones need {positions} positions, "
                              f"more than the model's max_length = {self.model.max_length}")
-        pages = -(-positions // self.cache.page_size)
-        if pages > self.cache.num_pages:
+        pages = 0 if self.cache is None else -(-positions // self.cache.page_size)
+        if self.cache is not None and pages > self.cache.num_pages:
             raise ValueError(f"a prompt of {len(tokens)} tokens and {max_new_tokens} new ones need {pages} pages of "
                              f"{self.cache.page_size} positions, and the pool has {self.cache.num_pages}: it could never "
                              "run, even alone; give the cache more pages")
@@ -103,12 +111,16 @@ class Scheduler:
             return []
         self._admit()
         plan = self._plan()
-        seqs = [request.id for request, _ in plan]
         chunks = [request.tokens[request.computed:request.computed + size] for request, size in plan]
-        starts = [request.computed for request, _ in plan]
-        slots = [self.cache.reserve(request.id, size, chunk if self.prefix_caching else None)
-                 for (request, size), chunk in zip(plan, chunks, strict=True)]
-        logits = forward_step(self.model, self.cache, seqs, chunks, starts, slots)  # (S, V)
+        if self.cache is None:  # each request through its own caches
+            logits = torch.stack([self.model(torch.tensor([chunk]), request.caches)[0, -1]
+                                  for (request, _), chunk in zip(plan, chunks, strict=True)])  # (S, V)
+        else:
+            seqs = [request.id for request, _ in plan]
+            starts = [request.computed for request, _ in plan]
+            slots = [self.cache.reserve(request.id, size, chunk if self.prefix_caching else None)
+                     for (request, size), chunk in zip(plan, chunks, strict=True)]
+            logits = forward_step(self.model, self.cache, seqs, chunks, starts, slots)  # (S, V)
         self.steps += 1
         self.batch_sizes.append(len(plan))
         finished = []
@@ -123,6 +135,13 @@ class Scheduler:
 
     def _admit(self):
         """Move waiting requests into the batch while it has room and the pool has pages for their first chunk."""
+        if self.cache is None:  # caches of its own: room in the batch is all a request needs
+            while self.waiting and len(self.running) < self.max_batch_size:
+                request = self.waiting.popleft()
+                request.caches, request.computed = caches_for(self.model, self.make), 0
+                request.admitted.append(self.steps)
+                self.running.append(request)
+            return
         promised = sum(self.cache.pages_needed(request.id, min(self.chunk_size, len(request.tokens) - request.computed))
                        for request in self.running)  # what the running requests take in this step
         while self.waiting and len(self.running) < self.max_batch_size:
@@ -146,6 +165,8 @@ class Scheduler:
         until the pages they need are free."""
         while True:
             plan = [(request, min(self.chunk_size, len(request.tokens) - request.computed)) for request in self.running]
+            if self.cache is None:
+                return plan
             needed = sum(self.cache.pages_needed(request.id, size) for request, size in plan)
             if needed <= self.cache.num_free_pages:
                 return plan
@@ -161,9 +182,32 @@ class Scheduler:
         self.preemptions += 1
 
     def _retire(self, request):
-        self.cache.free(request.id)
+        if self.cache is None:
+            request.caches = None  # its caches go with it
+        else:
+            self.cache.free(request.id)
         self.running.remove(request)
         self.results[request.id] = request.generated
+
+
+def _check_cache(model, cache):
+    """(paged pool, None) for a PagedKVCache that fits ``model``; (None, make) for a function that makes one of lesson
+    10's caches (checked by making one per layer once)."""
+    if isinstance(cache, PagedKVCache):
+        layers, kv_heads, head_dim, dtype = model_shape(model)
+        if (cache.num_layers, cache.num_kv_heads, cache.head_dim, cache.dtype) != (layers, kv_heads, head_dim, dtype):
+            raise ValueError(f"the cache holds {cache.num_layers} layers of {cache.num_kv_heads} x {cache.head_dim} "
+                             f"{cache.dtype} and the model needs {layers} layers of {kv_heads} x {head_dim} {dtype}")
+        return cache, None
+    if isinstance(cache, KVCache):
+        raise TypeError(f"cache is one {type_name(cache)}, which holds one layer of one sequence: pass the function that "
+                        "makes one (such as attn.KVCache, or lambda: QuantizedKVCache(4, 32, 32)), so that every request "
+                        "and layer gets its own")
+    if not callable(cache):
+        raise TypeError(f"cache must be an attn.serving.PagedKVCache, or a function that returns a new cache of lesson "
+                        f"10's kind (attn.KVCache, QuantizedKVCache, EvictingKVCache), got {type_name(cache)}")
+    caches_for(model, cache)  # a sentence unless it makes a new cache for each layer
+    return None, cache
 
 
 def check_prompt(prompt, vocab_size):

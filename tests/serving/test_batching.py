@@ -6,6 +6,8 @@ import random
 import pytest
 import torch
 
+from attn.compressed_cache import EvictingKVCache, QuantizedKVCache, caches_for
+from attn.kvcache import KVCache
 from attn.lm import AustenLM
 from attn.models.decoder import generate
 from attn.models.llama import LlamaLM
@@ -114,3 +116,50 @@ def test_hostile_requests_get_a_sentence(call, error, words):
             call(model)
     finally:
         model.max_length = 1 << 16
+
+
+def alone_with(model, prompt, new_tokens, make):
+    """Greedy decoding of one prompt with one cache of ``make()``'s kind per layer: the prompt at once, then a token
+    at a time."""
+    caches, tokens = caches_for(model, make), list(prompt)
+    with torch.no_grad():
+        logits = model(torch.tensor([tokens]), caches)[0, -1]
+        for _ in range(new_tokens):
+            tokens.append(int(logits.double().argmax()))
+            logits = model(torch.tensor([tokens[-1:]]), caches)[0, -1]
+    return tokens[len(prompt):]
+
+
+@pytest.mark.parametrize("make", [KVCache, lambda: QuantizedKVCache(4, 4, 4), lambda: EvictingKVCache(6, "h2o", 1, 2),
+                                  lambda: EvictingKVCache(5, "knorm", 0, 0), lambda: EvictingKVCache(7, "snapkv", 1, 2)],
+                         ids=["kvcache", "quantized", "h2o", "knorm", "snapkv"])
+def test_the_scheduler_takes_lesson_10_s_and_lesson_21_s_caches(make):
+    """Given a function that makes a cache, each request gets its own per layer: its tokens are those of decoding it
+    alone with the same kind of cache, whichever requests share its steps; lesson 10's full cache gives lesson 10's
+    decoding's tokens."""
+    model = MODELS[1]
+    prompts = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [5] * 12, list(range(14))]
+    expected = [alone_with(model, prompt, 6, make) for prompt in prompts]
+    scheduler = Scheduler(model, make, max_batch_size=2, chunk_size=16)
+    ids = [scheduler.add(prompt, 6) for prompt in prompts[:2]]
+    scheduler.step()
+    ids.append(scheduler.add(prompts[2], 6))  # arrives late, waits for room
+    results = scheduler.run()
+    assert [results[i] for i in ids] == expected and scheduler.preemptions == 0 and max(scheduler.batch_sizes) == 2
+    assert all(request.caches is None for request in scheduler.requests.values())  # retired with their requests
+    if make is KVCache:  # lesson 10's decoding, which generate_batch's paged tokens equal (the first test)
+        assert expected == [alone(model, prompt, 6) for prompt in prompts]
+    else:  # the compressed cache changes the tokens of at least one prompt: the test can tell the kinds apart
+        assert expected != FULL_TOKENS
+
+
+FULL_TOKENS = [alone_with(MODELS[1], prompt, 6, KVCache) for prompt in ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [5] * 12,
+                                                                          list(range(14)))]
+
+
+def test_the_scheduler_refuses_a_cache_it_cannot_use():
+    model, shared = MODELS[1], KVCache()
+    for cache, words in ((KVCache(), "pass the function that makes one"), (3, "a function that returns a new cache"),
+                         (lambda: 3, "must return a new cache"), (lambda: shared, "must return a new cache")):
+        with pytest.raises(TypeError, match=words):
+            Scheduler(model, cache)

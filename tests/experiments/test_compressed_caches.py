@@ -29,6 +29,8 @@ def test_every_method_is_sized_to_its_share_of_the_bytes():
         if method["family"] == "evict":
             assert isinstance(cache, EvictingKVCache) and cache.budget * method["target"] ** -1 == 256
             assert cache.sink_tokens == (4 if method["name"] == "streaming" else 0)
+            if method["name"] == "h2o":  # as many recent positions as heavy hitters, as H2O's paper splits them
+                assert cache.window == cache.budget // 2
         elif method["family"] == "quantize":
             assert isinstance(cache, QuantizedKVCache)
         else:  # 8-bit codes of 64 channels with a float32 scale and zero point: 72 bytes an entry against 256
@@ -42,11 +44,33 @@ def test_reading_through_the_full_cache_is_reading_at_once():
     with torch.no_grad():
         reference = torch.log_softmax(model(tokens[None])[0].double(), dim=-1)[11:-1].gather(1, tokens[12:, None])[:, 0]
     torch.testing.assert_close(log_probs, reference, rtol=0, atol=1e-5)
-    assert len(held) == 7 and held[-1] == sum(cache.nbytes for cache in held_caches) and seconds >= 0
+    assert len(held) == 7 and held[-1] == (sum(cache.nbytes for cache in held_caches), 0) and seconds >= 0
     budget_all = caches._read_sequence(model, tokens, 12, lambda: EvictingKVCache(20, "h2o", 0, 0))[0]
     torch.testing.assert_close(budget_all, log_probs, rtol=0, atol=1e-5)  # a budget as long as the sequence: no change
-    small = caches._read_sequence(model, tokens, 12, lambda: EvictingKVCache(4, "h2o", 0, 0))[0]
+    small, small_caches, small_held = caches._read_sequence(model, tokens, 12, lambda: EvictingKVCache(4, "h2o", 0, 0))[:3]
     assert (small - log_probs).abs().max() > 1e-4
+    assert small_held[-1] == (sum(c.nbytes for c in small_caches), sum(c.bookkeeping_nbytes for c in small_caches))
+    assert small_held[-1][1] > 0  # positions and scores: the bookkeeping reported beside the bytes
+
+
+def test_the_copy_period_sits_on_no_budget():
+    for length in (256, 32):
+        period = caches.copy_period(length)
+        assert all(period != length // share for share in caches.SHARES)
+        assert length // 4 < period < length // 2  # between the budgets of a quarter and a half
+        tokens = caches._copy_sequence(torch.arange(1000, 1000 + length), length)
+        assert len(tokens) == length and torch.equal(tokens[-period:], tokens[-2 * period:-period])
+        assert len(set(tokens[:-period].tolist())) == length - period  # the lead and the first copy: no repeats
+
+
+def test_the_question_aware_arm_reads_the_question_in_its_prompt():
+    settings = caches.SIZES["tiny"]
+    generator = torch.Generator().manual_seed(0)
+    streams = torch.randint(64, (3 * settings["passages"], settings["length"]), generator=generator)
+    tasks, _ = caches._task_sequences(streams, settings, None, generator)
+    assert set(tasks) == set(caches.TASKS)
+    for (tokens, asked, answered), (same, start, scored) in zip(tasks["retrieval"], tasks["retrieval_aware"], strict=True):
+        assert torch.equal(tokens, same) and asked < answered and start == scored == answered
 
 
 def test_the_retrieval_sequence_plants_the_fact_and_asks_at_the_end():
@@ -78,9 +102,11 @@ def test_the_tiny_command_writes_its_record(tmp_path, capsys):
     assert "Wrote" in capsys.readouterr().out
     record = json.loads((tmp_path / caches.RESULTS_NAME).read_text())
     settings = caches.SIZES["tiny"]
-    assert record["provenance"]["threads"] == 1 and len(record["methods"]) == 28
+    assert record["provenance"]["threads"] == 1 and len(record["methods"]) == 28 and record["cpu_seconds"] >= 0
     for method in record["methods"]:
-        for task in ("loss", "copy", "retrieval"):
+        assert method["bookkeeping_share"] >= 0 and (method["bookkeeping_share"] > 0) == (method["family"] != "quantize")
+        assert ("bytes_share_of_float16" in method) == (method["family"] != "evict")
+        for task in caches.TASKS:
             assert len(method[task]) == settings["passages"]
             interval = method[f"{task}_minus_full"]
             assert interval["low"] <= interval["mean"] <= interval["high"]
@@ -107,8 +133,9 @@ def test_the_shipped_record():
     settings = caches.SIZES["full"]
     assert record["size"] == "full" and record["settings"] == settings
     assert sum(record["head_types"]["counts"].values()) == 270 and len(record["methods"]) == 28
+    assert record["cpu_seconds"] <= 30 * 60  # the size was chosen for 30 CPU-minutes
     for method in record["methods"]:
-        assert all(len(method[task]) == settings["passages"] for task in ("loss", "copy", "retrieval"))
+        assert all(len(method[task]) == settings["passages"] for task in caches.TASKS)
         if method["family"] != "quantize":
             assert method["target"] <= method["bytes_share"] < 1.15 * method["target"]
     assert RESULTS.stat().st_size < 100_000

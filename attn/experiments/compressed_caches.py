@@ -1,56 +1,33 @@
 """SmolLM2-135M read through caches that forget on purpose (lesson 21), at equal bytes. One seeded command:
 
-    python -m attn.experiments.compressed_caches --out lessons/records        # about 25 CPU-minutes, one thread each
+    python -m attn.experiments.compressed_caches --out lessons/records        # about 30 CPU-minutes, one thread each
     python -m attn.experiments.compressed_caches --out DIR --size tiny       # seconds: a small random LlamaLM
 
-reads the converted model (``attn.pretrained.load()``), the corpus (``python -m attn.corpus``) and lesson 16's record
-(``smollm2_reading.json``, for its head types), and writes ``compressed_caches.json``.
-
-Every method is sized to hold 1/2, 1/4, 1/8 and 1/16 of the full cache's bytes (float32 keys and values) where its
-settings allow, and the record says the share it really held (mean over the scored steps of its bytes over the full
-cache's at the same step: codes, scales, zero points and KIVI's full-precision residual all counted). The evicting
-caches' bookkeeping (the positions of the entries held, the rule's scores, SnapKV's observation rows) is reported
-beside it as ``bookkeeping_share`` on the same scale, so that "equal bytes" can be read with or without it; and
-``bytes_share_of_float16`` gives each share against a 16-bit full cache (half the float32 one's bytes):
-
-- ``kivi``: attn.compressed_cache.QuantizedKVCache at 16, 8, 4 and 2 bits, keys grouped per channel over runs of 32
-  positions, values per token in groups of 32 channels, 32 recent positions in full precision, scales and zero
-  points in float16 (as KIVI keeps them); ``fp8``: one scale for keys and one for values (transformers', vLLM's).
-- ``h2o``, ``snapkv``, ``tova``, ``knorm``, ``streaming``: attn.compressed_cache.EvictingKVCache keeping
-  ``budget = T * share`` entries per key/value head (T the sequence's length): H2O with a recent window of
-  budget / 2 (its paper splits the budget equally between heavy hitters and recent tokens), SnapKV with one of
-  budget / 4 (its observation window; at least 1), TOVA and K-norm with none, none of the four with
-  protected sink tokens (as their papers have them: whether a rule keeps the sink is measured, not imposed);
-  StreamingLLM with min(4, budget / 2) sinks and the rest recent.
-- ``h2o_int8``: evict, then quantize what is kept (H2O, 8-bit codes in one group per entry of a head), its budget set
-  so that the bytes held are 1/4, 1/8 and 1/16 of the full cache's.
-
-Four tasks, each a sequence of T tokens whose last tokens are scored one decode step at a time after the rest is
-read at once (the prompt; an evicting cache cuts it down to its budget after reading it, as SnapKV does):
-
-1. ``loss``: held-out loss on a stretch of Persuasion (nats a token over the last ``scored`` tokens);
-2. ``copy``: lesson 16's copying: T - 2P tokens of Persuasion, then a passage of P = 3T / 8 tokens seen twice
-   (96 of 256), the loss on the last ``scored`` tokens of the second copy (induction heads make it small, if the
-   first copy is still held). The period P sits between the budgets of 1/4 and 1/2 (64 and 128 entries), on none:
-   at T / 2 a recent window of the half budget would hold the first copy's tokens exactly to its edge;
-3. ``retrieval``: a secret number planted far back (after ``plant_at`` tokens of Persuasion) and asked for at the end
-   after more Persuasion; the score is the model's log-probability of the right answer's tokens. The question is
-   read one token at a time after the prompt was cut down: a rule cannot choose its entries knowing the question;
-4. ``retrieval_aware``: the same sequences, the question inside the prompt that is cut down (SnapKV's and TOVA's
-   setting: the last queries, whose attention they score by, are the question's); only the answer is decoded.
-
-Each as paired differences from the full cache over passages, with 95% intervals (attn.common.stats.paired_interval).
-For the evicting caches, which heads they starve: the share of each head's full-cache attention (the last query of the
-copying task) that falls on entries the rule still holds, by lesson 16's head types, and how often the first position
-(the sink) is still held at the end of each task. Bytes read per decode step: the keys and values attention reads.
-
-Cost: the shipped record's wall time is its ``seconds`` and its CPU time (every worker's) its ``cpu_seconds``. The
-methods are measured in ``workers`` forked processes of one math thread each (4 for the full size), so that the run
-ends on a 2-core machine shared with other work. The size (8 passages a task, 16 scored tokens each) was chosen to stay
-within 30 CPU-minutes: a passage costs about 6 CPU-seconds a method (three sequences read with 16 decode steps, one
-with 4), 29 caches with the full one.
+reads the converted model, the corpus and lesson 16's record (``smollm2_reading.json``, its head types), and writes
+``compressed_caches.json``. Every method is sized to hold 1/2 to 1/16 of the full (float32) cache's bytes where its
+settings allow; the record gives the share it really held (mean over the scored steps: codes, scales, zero points and
+KIVI's residual counted), ``bytes_share_of_float16`` the codes' share of a 16-bit full cache, and ``bookkeeping_share``
+the evicting caches' positions, scores and SnapKV's observation rows on the same scale, beside the bytes:
+- ``kivi``: QuantizedKVCache at 16, 8, 4 and 2 bits, KIVI's layout, groups of 32, a residual of 32, float16 scales and
+  zero points; ``fp8``: one scale for the keys and one for the values (transformers', vLLM's).
+- ``h2o``, ``snapkv``, ``tova``, ``knorm``, ``streaming``: EvictingKVCache keeping ``budget = T * share`` entries per
+  key/value head: H2O with a recent window of budget / 2 (its paper splits the budget equally between heavy hitters
+  and recent tokens), SnapKV with an observation window of budget / 4, TOVA and K-norm with none, none of the four
+  protecting the sink (whether a rule keeps it is measured); StreamingLLM with min(4, budget / 2) sinks.
+- ``h2o_int8``: evict, then quantize (H2O, 8-bit codes, one group per entry), its budget set for 1/4, 1/8 and 1/16.
+Four tasks, each T tokens whose last are scored one decode step at a time after the rest is read at once (the prompt,
+which an evicting cache cuts down to its budget after reading it, as SnapKV does): 1. ``loss``: held-out loss on
+Persuasion; 2. ``copy``: lesson 16's copying, T - 2P tokens then a passage of P = 3T / 8 tokens seen twice (96 of 256),
+scored on the second copy; P sits between the budgets of 1/4 and 1/2, on none (at T / 2 the half budget's recent window
+would reach the first copy's tokens exactly at its edge); 3. ``retrieval``: a secret number planted after
+``plant_at`` tokens and asked for at the end, scored by the log-probability of the answer's tokens, the question read
+after the cut (no rule chooses knowing it); 4. ``retrieval_aware``: the same sequences with the question inside the
+prompt that is cut (SnapKV's and TOVA's setting), only the answer decoded. Each as paired differences from the full
+cache with 95% intervals over passages. For the evicting caches, the share of each head's full-cache attention (the
+copying task's last query) on entries still held, by lesson 16's head types, and how often position 0 survives.
+Cost: ``seconds`` (wall) and ``cpu_seconds`` (all workers) in the record; ``workers`` forked processes of one thread.
+8 passages a task: 30 CPU-minutes at about 6 CPU-seconds a passage and cache on a quiet machine (29 caches).
 """
-
 import math
 import multiprocessing
 import resource

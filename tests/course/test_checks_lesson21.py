@@ -58,7 +58,7 @@ def test_the_right_answers_are_the_course_s_own():
 @pytest.mark.parametrize(("answer", "words"), [
     (_key_scales(per_token=True), "per token"), ([0.15, 0.375, 0.15], "2**bits = 4"), ([0.4, 7.5, 0.3], "symmetric"),
     ([0.6, 1.5, 0.6], "ranges themselves"), ([0.2, 0.5, 0.3], "index 2"), ([0.2, 0.5], "three numbers"),
-    ([0.2, 0.5, 0.7], "your list of scales differs"),  # plural: "scales differs" was the old grammar
+    ([0.2, 0.5, 0.7], "entries in your list of scales is wrong"),  # never "your scales differs"
     (torch.tensor([[0.2, 0.5, 0.2]]), "shape (1, 3)"), (np.array([[0.2, 0.5, 0.2]]), "one flat list"),
     (_key_scales(half=True), "float16 scales"), (torch.tensor([0.2, 0.5, 0.2], dtype=torch.float16), "float16 scales"),
 ])

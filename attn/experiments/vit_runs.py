@@ -89,8 +89,8 @@ class _Logistic(nn.Module):
         return self.linear(images.flatten(1))
 
 
-def _make_model(arm, seed):
-    """The model of ``arm`` (one of ARMS), its weights drawn from ``seed``."""
+def make_model(arm, seed):
+    """The model of ``arm`` (one of ARMS), its weights drawn from ``seed``: pictures (B, 1, 28, 28) -> logits (B, 10)."""
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {', '.join(ARMS)}, got {type_name(arm)} {arm!r:.40}")
     torch.manual_seed(seed)
@@ -135,7 +135,7 @@ def _accuracy(model, images, labels):
 
 def _train(arm, seed, data, settings, progress=print):
     """Train ``arm`` with ``seed`` to the stopping rule; returns (model at its best validation accuracy, a summary)."""
-    model = _make_model(arm, seed)
+    model = make_model(arm, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings["learning_rate"])
     images, labels = data["train"]
     generator = torch.Generator().manual_seed(1000 + seed)  # the same batches for every arm with this seed

@@ -47,7 +47,7 @@ def test_reading_a_vit_splits_its_tokens_into_class_registers_background_and_obj
 
 
 @pytest.mark.parametrize(("call", "words"), [
-    (lambda: vit_runs._make_model("rope", 0), "arm must be one of"),
+    (lambda: vit_runs.make_model("rope", 0), "arm must be one of"),
     (lambda: vit_runs.run("/tmp", size="huge"), "size must be one of"),
     (lambda: vit_runs.run(3, size="tiny"), "folder's path"),
     (lambda: vit_runs.run("/tmp", size="tiny", progress="loud"), "progress"),

@@ -8,8 +8,9 @@ width 64, 4 heads, 4 layers, an MLP twice as wide. Five arms, each trained with 
 with one seed reads the same batches in the same order):
 
 - "learned": learned 2D positions (one vector per patch), as ViT;
-- "rotary_2d": no position vectors; the patches' queries and keys turned by their row and column (DINOv3's 2D
-  rotary, rows and columns counted in patches);
+- "rotary_2d": no position vectors; the patches' queries and keys turned by their row and column (2D rotary in
+  its axial form, RoPE-Axial of Heo et al. 2024, base 100, rows and columns counted in patches from the top-left;
+  the class token and registers are not turned);
 - "registers": "learned" with REGISTERS register tokens (Darcet et al. 2024);
 - two baselines on the same data, batches and stopping rule: "logistic" (one linear layer on the 784 pixels) and
   "cnn" (two 3 x 3 convolutions with 8 and 16 channels, each followed by a ReLU and a 2 x 2 max pool, then a

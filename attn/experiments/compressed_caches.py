@@ -6,7 +6,8 @@
 reads the converted model, the corpus and lesson 16's record (``smollm2_reading.json``, its head types), and writes
 ``compressed_caches.json``. Every method is sized to hold 1/2 to 1/16 of the full (float32) cache's bytes where its
 settings allow; the record gives the share it really held (mean over the scored steps: codes, scales, zero points and
-KIVI's residual counted), ``bytes_share_of_float16`` the codes' share of a 16-bit full cache, and ``bookkeeping_share``
+KIVI's float32 residual counted), ``bytes_share_of_float16`` the share of a 16-bit full cache with the residual kept in
+16 bits (``float16_share``, derived from the measured share), and ``bookkeeping_share``
 the evicting caches' positions, scores and SnapKV's observation rows on the same scale, beside the bytes:
 - ``kivi``: QuantizedKVCache at 16, 8, 4 and 2 bits, KIVI's layout, groups of 32, a residual of 32, float16 scales and
   zero points; ``fp8``: one scale for the keys and one for the values (transformers', vLLM's).
@@ -26,7 +27,9 @@ prompt that is cut (SnapKV's and TOVA's setting), only the answer decoded. Each 
 cache with 95% intervals over passages. For the evicting caches, the share of each head's full-cache attention (the
 copying task's last query) on entries still held, by lesson 16's head types, and how often position 0 survives.
 Cost: ``seconds`` (wall) and ``cpu_seconds`` (all workers) in the record; ``workers`` forked processes of one thread.
-8 passages a task: 30 CPU-minutes at about 6 CPU-seconds a passage and cache on a quiet machine (29 caches).
+8 passages a task: about 30 CPU-minutes at about 6 CPU-seconds a passage and cache on a quiet machine (28 compressed
+caches and the full one). The record's derived fields (``text``, ``bytes_share_of_float16``) come from its measured
+ones by ``derive``, so they can be written again without measuring (``derive`` of the shipped record is the record).
 """
 import math
 import multiprocessing
@@ -207,6 +210,69 @@ def _task_sequences(streams, settings, encode, generator):
 # The record ------------------------------------------------------------------------------------------------------
 
 
+RETRIEVAL_UNITS = ("log-probability (nats) of the answer's tokens, summed: a space, then the number's 4 digits, one "
+                   f"token each; chance for the 4 digits is {-4 * math.log(10):.2f}, and the space, which the question "
+                   "makes near certain, adds little to it; the question read after the prompt was cut down")
+FLOAT16_UNITS = ("a quantized cache's bytes over a float16 full cache's, with KIVI's full-precision residual kept in "
+                 "16 bits as a 16-bit server keeps it: 2 * bytes_share minus the residual's share (bytes_share counts it "
+                 "in float32)")
+
+
+def residual_share(residual, length, scored):
+    """The share of the positions a KIVI cache with ``residual`` (0: none) holds in full precision, mean over the loss
+    task's decode steps: after each step it has seen t = length - scored + 1 .. length - 1 positions and keeps the
+    last t % residual of them uncoded."""
+    seen = range(length - scored + 1, length)
+    return sum(t % residual / t for t in seen) / len(seen) if residual else 0.0
+
+
+def float16_share(entry, settings):
+    """A quantized (or evict-then-quantize) record entry's bytes over a float16 full cache's, its residual counted in
+    16 bits: 2 * bytes_share - residual_share (bytes_share counts the residual in float32, 4 bytes a number); None for
+    an evicting cache (in float16 it halves with the full cache: its share does not change)."""
+    if entry["family"] == "evict":
+        return None
+    residual = entry["settings"].get("residual", 0)
+    return round(2 * entry["bytes_share"] - residual_share(residual, settings["length"], settings["scored"]), 4)
+
+
+def record_text(record):
+    """The record's ``text`` from its measured fields: the passages, the size chosen and the cost it measured."""
+    settings, count = record["settings"], record["settings"]["passages"]
+    if record["size"] == "tiny":
+        return "random token ids (the tiny size checks the machinery only)"
+    from attn.data.corpus import TITLES
+    from attn.models.lm import HELD_OUT
+
+    stretches = f"{3 * count} evenly spread stretches of {TITLES[HELD_OUT]}"
+    workers, seconds, cpu = settings["workers"], record["seconds"], record["cpu_seconds"]
+    busy = (f"; the wall time exceeds the CPU time of all {workers} workers together: they shared a busy machine's "
+            "cores" if seconds > cpu else "")
+    return (f"{stretches}, {count} for each task (the two retrieval arms read the same {count}); {count} passages were "
+            f"chosen for about 30 CPU-minutes (about 6 CPU-seconds a passage for each of the {len(record['methods'])} "
+            f"compressed caches and the full one, on a quiet machine); measured: {cpu:,} CPU-seconds "
+            f"({cpu / 60:.1f} CPU-minutes) and {seconds:,} s of wall time over {workers} workers of one thread{busy}")
+
+
+def derive(record):
+    """``record`` with its derived fields written from its measured ones: ``text`` (record_text), the units' words for
+    ``retrieval`` and ``bytes_share_of_float16``, and every quantized entry's ``bytes_share_of_float16``
+    (float16_share). The measured numbers are left as they are; returns a new dict."""
+    derived = {**record, "text": record_text(record), "units": {**record["units"], "retrieval": RETRIEVAL_UNITS,
+                                                                  "bytes_share_of_float16": FLOAT16_UNITS}}
+    derived["methods"] = []
+    for entry in record["methods"]:
+        share = float16_share(entry, record["settings"])
+        derived["methods"].append(entry if share is None else {**entry, "bytes_share_of_float16": share})
+    return derived
+
+
+def question_gain(entry):
+    """What reading the question before the cut changes for one record entry (a method, or the record's ``full``):
+    retrieval_aware - retrieval over the passages, paired: a dict of mean, low and high (95%)."""
+    return _interval(entry["retrieval_aware"], entry["retrieval"])
+
+
 def _interval(compressed, full):
     """compressed - full over passages: mean and 95% interval (a dict)."""
     mean, low, high = paired_interval(compressed, full)
@@ -266,13 +332,12 @@ def _measure(model, tasks, types, settings, progress=print):
         "full": {**{task: [round(value, 4) for value in values] for task, values in full.items()},
                  "seconds_per_step": round(sum(full_seconds) / len(full_seconds), 4)},
         "units": {"loss": "nats a token over the scored tokens", "copy": "nats a token over the second copy's scored tokens",
-                  "retrieval": "log-probability (nats) of the answer's tokens, summed; chance for a 4-digit number is "
-                               f"{-4 * math.log(10):.2f}; the question read after the prompt was cut down",
+                  "retrieval": RETRIEVAL_UNITS,
                   "retrieval_aware": "as retrieval, the question inside the prompt that is cut down (SnapKV's, TOVA's setting)",
                   "minus_full": "compressed minus full, mean over passages and its 95% interval (paired)",
                   "bytes_share": "keys and values held over the full (float32) cache's bytes at the same step, mean over the "
                                  "loss task's decode steps",
-                  "bytes_share_of_float16": "the codes' bytes over a float16 full cache's (twice bytes_share)",
+                  "bytes_share_of_float16": FLOAT16_UNITS,
                   "bookkeeping_share": "the evicting caches' positions, scores and SnapKV's observation rows, on the scale "
                                        "of bytes_share (add the two for everything the cache holds)",
                   "held_by_head_type": "share of each head's full-cache attention (copying task, last query) on entries "
@@ -333,8 +398,9 @@ def _measure_method(index):
     entry = {key: method[key] for key in ("name", "family", "target", "settings")}
     entry["target"] = round(entry["target"], 4)
     entry["bytes_share"] = round(sum(held_shares) / len(held_shares), 4)
-    if method["family"] != "evict":  # codes against a 16-bit full cache (an evicting cache in float16 halves too)
-        entry["bytes_share_of_float16"] = round(2 * sum(held_shares) / len(held_shares), 4)
+    share_of_float16 = float16_share(entry, settings)  # None for an evicting cache: in float16 it halves too
+    if share_of_float16 is not None:
+        entry["bytes_share_of_float16"] = share_of_float16
     entry["bookkeeping_share"] = round(sum(bookkeeping) / len(bookkeeping), 4)
     entry["bytes_read_per_step"] = round(entry["bytes_share"] * full_per_token * settings["length"])
     entry["seconds_per_step"] = round(sum(seconds) / len(seconds), 4)
@@ -377,11 +443,10 @@ def run(out, size="full", progress=print):
         model = LlamaLM(**TINY_MODEL).eval()
         streams = torch.randint(TINY_MODEL["vocab_size"], (3 * count, settings["length"]), generator=generator)
         reading, encode = _stand_in_reading(len(model.blocks), model.num_heads), None
-        text = "random token ids (the tiny size checks the machinery only)"
     else:
         import json
 
-        from attn.data.corpus import TITLES, austen
+        from attn.data.corpus import austen
         from attn.models.lm import HELD_OUT
         from attn.pretrained import load
 
@@ -393,15 +458,11 @@ def run(out, size="full", progress=print):
         model, tokenizer = load()
         tokens = torch.tensor(tokenizer.encode(austen()[HELD_OUT]), dtype=torch.long)
         streams, encode = held_out_streams(tokens, settings["length"], 3 * count), tokenizer.encode
-        text = (f"{3 * count} evenly spread stretches of {TITLES[HELD_OUT]}, {count} for each task (the two retrieval "
-                f"arms read the same {count}); {count} passages were chosen so that the run stays within 30 CPU-minutes "
-                "(about 6 CPU-seconds a passage for each of the 29 caches); the measured wall and CPU seconds are "
-                "'seconds' and 'cpu_seconds'")
     tasks, numbers = _task_sequences(streams, settings, encode, generator)
-    record = {"size": size, "text": text, "seed": settings["seed"], "settings": settings,
+    record = {"size": size, "text": None, "seed": settings["seed"], "settings": settings,
               "retrieval": {"fact": FACT, "question": QUESTION, "answer": ANSWER, "numbers": numbers},
               **_measure(model, tasks, head_types(reading), settings, progress)}
-    return write_record(out, RESULTS_NAME, record, COMMAND, size)
+    return write_record(out, RESULTS_NAME, derive(record), COMMAND, size)
 
 
 DESCRIPTION = ("Read SmolLM2-135M through quantized and evicting KV caches at 1/2 to 1/16 of the full cache's bytes: "
@@ -409,7 +470,7 @@ DESCRIPTION = ("Read SmolLM2-135M through quantized and evicting KV caches at 1/
 
 
 def main(argv=None):
-    durations = {"full": "about 25 CPU-minutes", "tiny": "seconds"}
+    durations = {"full": "about 30 CPU-minutes", "tiny": "seconds"}
     record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, durations, run, argv)
     worst = min(record["methods"], key=lambda entry: entry["retrieval_minus_full"]["mean"])
     print(f"Wrote {out / RESULTS_NAME}: {len(record['methods'])} compressed caches; the retrieval probe loses most with "

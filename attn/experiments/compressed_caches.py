@@ -31,7 +31,6 @@ Cost: ``seconds`` (wall) and ``cpu_seconds`` (all workers) in the record; ``work
 caches and the full one). The record's derived fields (``text``, ``bytes_share_of_float16``) come from its measured
 ones by ``derive``, so they can be written again without measuring (``derive`` of the shipped record is the record).
 """
-import math
 import multiprocessing
 import resource
 import time
@@ -44,6 +43,7 @@ from attn.common.destinations import folder_problem
 from attn.common.stats import paired_interval
 from attn.common.validate import require_callable, type_name
 from attn.compressed_cache import EvictingKVCache, QuantizedKVCache, caches_for
+from attn.experiments.compressed_caches_record import FLOAT16_UNITS, RETRIEVAL_UNITS, derive, float16_share
 from attn.experiments.records import RECORDS_FOLDER, sized_command, write_record
 from attn.experiments.smollm2_sparse import HEAD_TYPES, OTHER, _stand_in_reading, head_types
 from attn.experiments.window_austen import held_out_streams
@@ -208,69 +208,6 @@ def _task_sequences(streams, settings, encode, generator):
 
 
 # The record ------------------------------------------------------------------------------------------------------
-
-
-RETRIEVAL_UNITS = ("log-probability (nats) of the answer's tokens, summed: a space, then the number's 4 digits, one "
-                   f"token each; chance for the 4 digits is {-4 * math.log(10):.2f}, and the space, which the question "
-                   "makes near certain, adds little to it; the question read after the prompt was cut down")
-FLOAT16_UNITS = ("a quantized cache's bytes over a float16 full cache's, with KIVI's full-precision residual kept in "
-                 "16 bits as a 16-bit server keeps it: 2 * bytes_share minus the residual's share (bytes_share counts it "
-                 "in float32)")
-
-
-def residual_share(residual, length, scored):
-    """The share of the positions a KIVI cache with ``residual`` (0: none) holds in full precision, mean over the loss
-    task's decode steps: after each step it has seen t = length - scored + 1 .. length - 1 positions and keeps the
-    last t % residual of them uncoded."""
-    seen = range(length - scored + 1, length)
-    return sum(t % residual / t for t in seen) / len(seen) if residual else 0.0
-
-
-def float16_share(entry, settings):
-    """A quantized (or evict-then-quantize) record entry's bytes over a float16 full cache's, its residual counted in
-    16 bits: 2 * bytes_share - residual_share (bytes_share counts the residual in float32, 4 bytes a number); None for
-    an evicting cache (in float16 it halves with the full cache: its share does not change)."""
-    if entry["family"] == "evict":
-        return None
-    residual = entry["settings"].get("residual", 0)
-    return round(2 * entry["bytes_share"] - residual_share(residual, settings["length"], settings["scored"]), 4)
-
-
-def record_text(record):
-    """The record's ``text`` from its measured fields: the passages, the size chosen and the cost it measured."""
-    settings, count = record["settings"], record["settings"]["passages"]
-    if record["size"] == "tiny":
-        return "random token ids (the tiny size checks the machinery only)"
-    from attn.data.corpus import TITLES
-    from attn.models.lm import HELD_OUT
-
-    stretches = f"{3 * count} evenly spread stretches of {TITLES[HELD_OUT]}"
-    workers, seconds, cpu = settings["workers"], record["seconds"], record["cpu_seconds"]
-    busy = (f"; the wall time exceeds the CPU time of all {workers} workers together: they shared a busy machine's "
-            "cores" if seconds > cpu else "")
-    return (f"{stretches}, {count} for each task (the two retrieval arms read the same {count}); {count} passages were "
-            f"chosen for about 30 CPU-minutes (about 6 CPU-seconds a passage for each of the {len(record['methods'])} "
-            f"compressed caches and the full one, on a quiet machine); measured: {cpu:,} CPU-seconds "
-            f"({cpu / 60:.1f} CPU-minutes) and {seconds:,} s of wall time over {workers} workers of one thread{busy}")
-
-
-def derive(record):
-    """``record`` with its derived fields written from its measured ones: ``text`` (record_text), the units' words for
-    ``retrieval`` and ``bytes_share_of_float16``, and every quantized entry's ``bytes_share_of_float16``
-    (float16_share). The measured numbers are left as they are; returns a new dict."""
-    derived = {**record, "text": record_text(record), "units": {**record["units"], "retrieval": RETRIEVAL_UNITS,
-                                                                  "bytes_share_of_float16": FLOAT16_UNITS}}
-    derived["methods"] = []
-    for entry in record["methods"]:
-        share = float16_share(entry, record["settings"])
-        derived["methods"].append(entry if share is None else {**entry, "bytes_share_of_float16": share})
-    return derived
-
-
-def question_gain(entry):
-    """What reading the question before the cut changes for one record entry (a method, or the record's ``full``):
-    retrieval_aware - retrieval over the passages, paired: a dict of mean, low and high (95%)."""
-    return _interval(entry["retrieval_aware"], entry["retrieval"])
 
 
 def _interval(compressed, full):

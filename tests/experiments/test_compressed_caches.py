@@ -8,6 +8,7 @@ import torch
 
 from attn.compressed_cache import EvictingKVCache, QuantizedKVCache
 from attn.experiments import compressed_caches as caches
+from attn.experiments.compressed_caches_record import question_gain, residual_share
 from attn.models.llama import LlamaLM
 from tests.notebooks import ROOT
 
@@ -169,8 +170,8 @@ def test_the_residual_share_follows_a_kivi_cache_s_own_residual():
     for seen in range(length - scored + 1, length):
         cache.append(torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8))
         shares.append(cache.residual_positions / seen)
-    assert caches.residual_share(residual, length, scored) == pytest.approx(sum(shares) / len(shares))
-    assert caches.residual_share(0, length, scored) == 0
+    assert residual_share(residual, length, scored) == pytest.approx(sum(shares) / len(shares))
+    assert residual_share(0, length, scored) == 0
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="the measurement has not been shipped in this tree")
@@ -180,7 +181,7 @@ def test_the_shipped_record_s_derived_fields_come_from_its_measured_ones():
     record = json.loads(RESULTS.read_text())
     assert caches.derive(record) == record
     kivi = {entry["settings"]["bits"]: entry for entry in record["methods"] if entry["name"] == "kivi"}
-    residual = caches.residual_share(32, 256, 16)  # positions 241 .. 255 seen, 17 .. 31 of them uncoded
+    residual = residual_share(32, 256, 16)  # positions 241 .. 255 seen, 17 .. 31 of them uncoded
     assert residual == pytest.approx(sum((t - 224) / t for t in range(241, 256)) / 15)
     expected = {16: 1.0565, 8: 0.6047, 4: 0.3789, 2: 0.2659}
     assert {bits: entry["bytes_share_of_float16"] for bits, entry in kivi.items()} == expected
@@ -198,8 +199,19 @@ def test_reading_the_question_before_the_cut_is_measured_paired():
     for StreamingLLM, which keeps the same positions in both arms, the part that comes from reading the question
     before the cut rather than scoring by it."""
     record = json.loads(RESULTS.read_text())
-    assert caches.question_gain(record["full"]) == {"mean": 0.0, "low": 0.0, "high": 0.0}
+    assert question_gain(record["full"]) == {"mean": 0.0, "low": 0.0, "high": 0.0}
     streaming = next(e for e in record["methods"] if e["name"] == "streaming" and e["target"] == 0.5)
-    gain = caches.question_gain(streaming)
+    gain = question_gain(streaming)
     differences = [a - b for a, b in zip(streaming["retrieval_aware"], streaming["retrieval"], strict=True)]
     assert gain["mean"] == pytest.approx(sum(differences) / 8, abs=1e-4) and gain["low"] > 0
+
+
+def test_the_derived_fields_refuse_what_is_not_a_record_with_a_sentence():
+    with pytest.raises(TypeError, match="must be a dict"):
+        caches.derive(None)
+    with pytest.raises(ValueError, match="has no 'retrieval_aware'"):
+        question_gain({"retrieval": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="need 2 <= scored < length"):
+        residual_share(32, 256, 300)
+    with pytest.raises(ValueError, match="a share of the bytes"):
+        caches.float16_share({"family": "quantize", "settings": {}, "bytes_share": float("nan")}, {"length": 8, "scored": 3})

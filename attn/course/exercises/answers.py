@@ -169,9 +169,7 @@ def _as_array(answer, expects, depth=0):
     if callable(answer) or isinstance(answer, dict):
         raise AnswerError(not_numbers)
     if isinstance(answer, set | frozenset) and expects.noun.startswith("an array"):  # a set has no order: a list
-        listed = expects.noun.replace("an array", "a list", 1)
-        raise AnswerError(f"{what} {where} a set{' in it' if nested else ''}, but it should be {listed}: a set has no "
-                          "order, a list has (list(...) or sorted(...) makes one).")
+        raise AnswerError(not_numbers.replace("an array", "a list")[:-1] + ": a set has no order; list(...) makes one.")
     try:
         array = np.asarray(answer)  # objects that know how to become arrays
     except Exception:  # noqa: BLE001 - an object's own conversion code can raise anything

@@ -73,6 +73,8 @@ ALLOWED = (ValueError, TypeError, FileNotFoundError)
 EXEMPT = {
     "attn.data.corpus.download_deb": "runs apt-get download (network); its refusals are tested in test_austen.py",
     "attn.data.fashion.download_deb": "runs apt-get download (network), as attn.data.corpus.download_deb does",
+    "attn.data.debian.apt_download": "runs apt-get download (network) for the two download_deb doors above; its "
+                                     "refusals are tested in tests/data/test_fashion.py and test_reader_fuzz.py",
     "attn.course.execute.execute": "runs notebooks in Jupyter kernels (seconds each); its command line is swept",
     "attn.measure.gpu.suite.run_suite": "runs the GPU suite's subprocesses for minutes; its command line is swept",
     "attn.measure.gpu.suite.main": "called by python -m attn.measure.bench after its own argument checks (swept)",

@@ -154,6 +154,7 @@ def test_no_import_circle():
 
 # Modules of attn/experiments that write no record of their own: each helps the commands that do.
 EXPERIMENT_SUPPORT = {
+    "compressed_caches_record": "compressed_caches' derived fields from a record's measured ones",
     "records": "writes every command's record with its provenance",
     "smollm2_reading_checks": "smollm2_reading's argument checks",
     "topk_reading": "smollm2_sparse's measures",

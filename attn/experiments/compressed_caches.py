@@ -6,7 +6,8 @@
 reads the converted model, the corpus and lesson 16's record (``smollm2_reading.json``, its head types), and writes
 ``compressed_caches.json``. Every method is sized to hold 1/2 to 1/16 of the full (float32) cache's bytes where its
 settings allow; the record gives the share it really held (mean over the scored steps: codes, scales, zero points and
-KIVI's residual counted), ``bytes_share_of_float16`` the codes' share of a 16-bit full cache, and ``bookkeeping_share``
+KIVI's float32 residual counted), ``bytes_share_of_float16`` the share of a 16-bit full cache with the residual kept in
+16 bits (``float16_share``, derived from the measured share), and ``bookkeeping_share``
 the evicting caches' positions, scores and SnapKV's observation rows on the same scale, beside the bytes:
 - ``kivi``: QuantizedKVCache at 16, 8, 4 and 2 bits, KIVI's layout, groups of 32, a residual of 32, float16 scales and
   zero points; ``fp8``: one scale for the keys and one for the values (transformers', vLLM's).
@@ -26,9 +27,10 @@ prompt that is cut (SnapKV's and TOVA's setting), only the answer decoded. Each 
 cache with 95% intervals over passages. For the evicting caches, the share of each head's full-cache attention (the
 copying task's last query) on entries still held, by lesson 16's head types, and how often position 0 survives.
 Cost: ``seconds`` (wall) and ``cpu_seconds`` (all workers) in the record; ``workers`` forked processes of one thread.
-8 passages a task: 30 CPU-minutes at about 6 CPU-seconds a passage and cache on a quiet machine (29 caches).
+8 passages a task: about 30 CPU-minutes at about 6 CPU-seconds a passage and cache on a quiet machine (28 compressed
+caches and the full one). The record's derived fields (``text``, ``bytes_share_of_float16``) come from its measured
+ones by ``derive``, so they can be written again without measuring (``derive`` of the shipped record is the record).
 """
-import math
 import multiprocessing
 import resource
 import time
@@ -41,6 +43,7 @@ from attn.common.destinations import folder_problem
 from attn.common.stats import paired_interval
 from attn.common.validate import require_callable, type_name
 from attn.compressed_cache import EvictingKVCache, QuantizedKVCache, caches_for
+from attn.experiments.compressed_caches_record import FLOAT16_UNITS, RETRIEVAL_UNITS, derive, float16_share
 from attn.experiments.records import RECORDS_FOLDER, sized_command, write_record
 from attn.experiments.smollm2_sparse import HEAD_TYPES, OTHER, _stand_in_reading, head_types
 from attn.experiments.window_austen import held_out_streams
@@ -266,13 +269,12 @@ def _measure(model, tasks, types, settings, progress=print):
         "full": {**{task: [round(value, 4) for value in values] for task, values in full.items()},
                  "seconds_per_step": round(sum(full_seconds) / len(full_seconds), 4)},
         "units": {"loss": "nats a token over the scored tokens", "copy": "nats a token over the second copy's scored tokens",
-                  "retrieval": "log-probability (nats) of the answer's tokens, summed; chance for a 4-digit number is "
-                               f"{-4 * math.log(10):.2f}; the question read after the prompt was cut down",
+                  "retrieval": RETRIEVAL_UNITS,
                   "retrieval_aware": "as retrieval, the question inside the prompt that is cut down (SnapKV's, TOVA's setting)",
                   "minus_full": "compressed minus full, mean over passages and its 95% interval (paired)",
                   "bytes_share": "keys and values held over the full (float32) cache's bytes at the same step, mean over the "
                                  "loss task's decode steps",
-                  "bytes_share_of_float16": "the codes' bytes over a float16 full cache's (twice bytes_share)",
+                  "bytes_share_of_float16": FLOAT16_UNITS,
                   "bookkeeping_share": "the evicting caches' positions, scores and SnapKV's observation rows, on the scale "
                                        "of bytes_share (add the two for everything the cache holds)",
                   "held_by_head_type": "share of each head's full-cache attention (copying task, last query) on entries "
@@ -333,8 +335,9 @@ def _measure_method(index):
     entry = {key: method[key] for key in ("name", "family", "target", "settings")}
     entry["target"] = round(entry["target"], 4)
     entry["bytes_share"] = round(sum(held_shares) / len(held_shares), 4)
-    if method["family"] != "evict":  # codes against a 16-bit full cache (an evicting cache in float16 halves too)
-        entry["bytes_share_of_float16"] = round(2 * sum(held_shares) / len(held_shares), 4)
+    share_of_float16 = float16_share(entry, settings)  # None for an evicting cache: in float16 it halves too
+    if share_of_float16 is not None:
+        entry["bytes_share_of_float16"] = share_of_float16
     entry["bookkeeping_share"] = round(sum(bookkeeping) / len(bookkeeping), 4)
     entry["bytes_read_per_step"] = round(entry["bytes_share"] * full_per_token * settings["length"])
     entry["seconds_per_step"] = round(sum(seconds) / len(seconds), 4)
@@ -377,11 +380,10 @@ def run(out, size="full", progress=print):
         model = LlamaLM(**TINY_MODEL).eval()
         streams = torch.randint(TINY_MODEL["vocab_size"], (3 * count, settings["length"]), generator=generator)
         reading, encode = _stand_in_reading(len(model.blocks), model.num_heads), None
-        text = "random token ids (the tiny size checks the machinery only)"
     else:
         import json
 
-        from attn.data.corpus import TITLES, austen
+        from attn.data.corpus import austen
         from attn.models.lm import HELD_OUT
         from attn.pretrained import load
 
@@ -393,15 +395,11 @@ def run(out, size="full", progress=print):
         model, tokenizer = load()
         tokens = torch.tensor(tokenizer.encode(austen()[HELD_OUT]), dtype=torch.long)
         streams, encode = held_out_streams(tokens, settings["length"], 3 * count), tokenizer.encode
-        text = (f"{3 * count} evenly spread stretches of {TITLES[HELD_OUT]}, {count} for each task (the two retrieval "
-                f"arms read the same {count}); {count} passages were chosen so that the run stays within 30 CPU-minutes "
-                "(about 6 CPU-seconds a passage for each of the 29 caches); the measured wall and CPU seconds are "
-                "'seconds' and 'cpu_seconds'")
     tasks, numbers = _task_sequences(streams, settings, encode, generator)
-    record = {"size": size, "text": text, "seed": settings["seed"], "settings": settings,
+    record = {"size": size, "text": None, "seed": settings["seed"], "settings": settings,
               "retrieval": {"fact": FACT, "question": QUESTION, "answer": ANSWER, "numbers": numbers},
               **_measure(model, tasks, head_types(reading), settings, progress)}
-    return write_record(out, RESULTS_NAME, record, COMMAND, size)
+    return write_record(out, RESULTS_NAME, derive(record), COMMAND, size)
 
 
 DESCRIPTION = ("Read SmolLM2-135M through quantized and evicting KV caches at 1/2 to 1/16 of the full cache's bytes: "
@@ -409,7 +407,7 @@ DESCRIPTION = ("Read SmolLM2-135M through quantized and evicting KV caches at 1/
 
 
 def main(argv=None):
-    durations = {"full": "about 25 CPU-minutes", "tiny": "seconds"}
+    durations = {"full": "about 30 CPU-minutes", "tiny": "seconds"}
     record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, durations, run, argv)
     worst = min(record["methods"], key=lambda entry: entry["retrieval_minus_full"]["mean"])
     print(f"Wrote {out / RESULTS_NAME}: {len(record['methods'])} compressed caches; the retrieval probe loses most with "

@@ -39,8 +39,11 @@ def check_out(out):
 def shipped_record(name):
     """The record ``name`` ("smollm2_reading.json") from lessons/records, which another command reads; a sentence
     naming the command that writes it if it is missing."""
+    if not isinstance(name, str) or not name.endswith(".json") or "/" in name or "\\" in name or "\0" in name:
+        raise ValueError(f"name must be a record's file name in lessons/records, such as 'smollm2_reading.json', "
+                         f"got {type_name(name)} {name!r:.60}")
     path = RECORDS_FOLDER / name
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: run python -m attn.experiments.{Path(name).stem} "
                                 "--out lessons/records first")
     return json.loads(path.read_text(encoding="utf-8"))

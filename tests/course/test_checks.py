@@ -708,7 +708,7 @@ def test_compare_says_how_answers_differ():
         f"one of the 3 entries in x is wrong: the one at index 2 is too large; {AGAIN}."
     )
     all_wrong = compare(clean([[1, 1]]), clean([[2, 2]]), "x")
-    assert "all 2 entries in x are wrong; the first, at index (0, 0), is too small" in all_wrong
+    assert "all 2 entries in x are wrong; the first wrong one, at index (0, 0), is too small" in all_wrong
     assert compare(clean([1.0, 2.0]), clean([1.0, 2.0, 3.0]), "x") == "x has shape (2,), but it should have shape (3,)."
     assert "should be one number, but it is an array of shape (3,)" in compare(clean([1, 2, 3]), clean(1.0, NUMBER), "x")
     assert "should be an array of shape (3,), but it is a single value" in compare(clean(1.0, NUMBER), clean([1, 2, 3]), "x")

@@ -61,6 +61,8 @@ def test_the_right_answers_are_the_course_s_own():
     ([0.2, 0.5, 0.7], "entries in your list of scales is wrong"),  # never "your scales differs"
     (torch.tensor([[0.2, 0.5, 0.2]]), "shape (1, 3)"), (np.array([[0.2, 0.5, 0.2]]), "one flat list"),
     (_key_scales(half=True), "float16 scales"), (torch.tensor([0.2, 0.5, 0.2], dtype=torch.float16), "float16 scales"),
+    ([2.07, 2.47, 2.27, 2.5], "per token"),  # the per-token scales as printed, rounded
+    ([-0.2, 6.0, -0.3], "its zero point"),  # each channel's minimum
 ])
 def test_exercise_21_1_names_the_mistake(answer, words):
     not_yet("21.1", answer, words)
@@ -92,3 +94,15 @@ def test_exercise_21_3_names_the_mistake(answer, words):
 ])
 def test_exercise_21_4_names_the_mistake(answer, words):
     not_yet("21.4", answer, words)
+
+
+def test_exercise_21_1_s_fallback_gives_no_recipe():
+    """An unmatched wrong answer is told which entry is off, never the formula that computes the scales."""
+    reply = verdict("21.1", [0.3, 0.6, 0.7])
+    assert reply.startswith("Not yet: ") and "one step" in reply
+    assert "max - min" not in reply and "2**bits - 1" not in reply
+
+
+def test_a_set_of_positions_is_asked_for_as_a_list():
+    reply = verdict("21.3", {0, 1, 5, 8, 9})
+    assert "is a set, but it should be a list of whole numbers" in reply and "array" not in reply

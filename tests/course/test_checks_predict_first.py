@@ -112,7 +112,7 @@ def test_compare_without_answer_names_the_wrong_entry_but_not_its_value():
         f"one of the 3 entries in x is wrong: the one at index 2 is too large; {again}."
     )
     assert compare_without_answer(clean([[1.0, 1.0]]), clean([[2.0, 2.0]]), "x") == (
-        f"all 2 entries in x are wrong; the first, at index (0, 0), is too small; {again}."
+        f"all 2 entries in x are wrong; the first wrong one, at index (0, 0), is too small; {again}."
     )
     assert compare_without_answer(clean([7.0]), clean([7.5]), "x") == f"the one number in x is too small; {again}."
     assert compare_without_answer(clean(7.0), clean(7.5), "x") == f"x is too small; {again}."

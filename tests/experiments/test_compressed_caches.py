@@ -8,6 +8,7 @@ import torch
 
 from attn.compressed_cache import EvictingKVCache, QuantizedKVCache
 from attn.experiments import compressed_caches as caches
+from attn.experiments.compressed_caches_record import question_gain, residual_share
 from attn.models.llama import LlamaLM
 from tests.notebooks import ROOT
 
@@ -158,3 +159,59 @@ def test_the_methods_measured_in_forked_workers_are_those_measured_in_one_proces
         records.append([{key: value for key, value in entry.items() if key != "seconds_per_step"}
                         for entry in record["methods"]])
     assert records[0] == records[1] and [entry["name"] for entry in records[0]] == ["kivi", "h2o", "h2o_int8"]
+
+
+def test_the_residual_share_follows_a_kivi_cache_s_own_residual():
+    """residual_share counts the positions a QuantizedKVCache keeps uncoded after each decode step: t % residual."""
+    length, scored, residual = 64, 9, 8
+    cache = QuantizedKVCache(4, 8, residual)
+    cache.append(torch.randn(1, 1, length - scored, 8), torch.randn(1, 1, length - scored, 8))
+    shares = []
+    for seen in range(length - scored + 1, length):
+        cache.append(torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8))
+        shares.append(cache.residual_positions / seen)
+    assert residual_share(residual, length, scored) == pytest.approx(sum(shares) / len(shares))
+    assert residual_share(0, length, scored) == 0
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="the measurement has not been shipped in this tree")
+def test_the_shipped_record_s_derived_fields_come_from_its_measured_ones():
+    """derive() of the shipped record is the record; a 16-bit full cache's share keeps KIVI's residual in 16 bits:
+    below 1 at 16 bits, FP8 (no residual) at exactly twice its float32 share; the text says the measured cost."""
+    record = json.loads(RESULTS.read_text())
+    assert caches.derive(record) == record
+    kivi = {entry["settings"]["bits"]: entry for entry in record["methods"] if entry["name"] == "kivi"}
+    residual = residual_share(32, 256, 16)  # positions 241 .. 255 seen, 17 .. 31 of them uncoded
+    assert residual == pytest.approx(sum((t - 224) / t for t in range(241, 256)) / 15)
+    expected = {16: 1.0565, 8: 0.6047, 4: 0.3789, 2: 0.2659}
+    assert {bits: entry["bytes_share_of_float16"] for bits, entry in kivi.items()} == expected
+    for entry in kivi.values():
+        assert entry["bytes_share_of_float16"] == round(2 * entry["bytes_share"] - residual, 4) < 2 * entry["bytes_share"]
+    fp8 = next(entry for entry in record["methods"] if entry["name"] == "fp8")
+    assert fp8["bytes_share_of_float16"] == 2 * fp8["bytes_share"] == 0.5
+    assert "28 compressed caches and the full one" in record["text"] and "1,815 CPU-seconds" in record["text"]
+    assert "busy machine" in record["text"]  # 3,684 s of wall time with 4 workers against 1,815 CPU-seconds
+
+
+@pytest.mark.skipif(not RESULTS.exists(), reason="the measurement has not been shipped in this tree")
+def test_reading_the_question_before_the_cut_is_measured_paired():
+    """question_gain is retrieval_aware - retrieval per passage: 0 for the full cache (it reads the same tokens), and
+    for StreamingLLM, which keeps the same positions in both arms, the part that comes from reading the question
+    before the cut rather than scoring by it."""
+    record = json.loads(RESULTS.read_text())
+    assert question_gain(record["full"]) == {"mean": 0.0, "low": 0.0, "high": 0.0}
+    streaming = next(e for e in record["methods"] if e["name"] == "streaming" and e["target"] == 0.5)
+    gain = question_gain(streaming)
+    differences = [a - b for a, b in zip(streaming["retrieval_aware"], streaming["retrieval"], strict=True)]
+    assert gain["mean"] == pytest.approx(sum(differences) / 8, abs=1e-4) and gain["low"] > 0
+
+
+def test_the_derived_fields_refuse_what_is_not_a_record_with_a_sentence():
+    with pytest.raises(TypeError, match="must be a dict"):
+        caches.derive(None)
+    with pytest.raises(ValueError, match="has no 'retrieval_aware'"):
+        question_gain({"retrieval": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="need 2 <= scored < length"):
+        residual_share(32, 256, 300)
+    with pytest.raises(ValueError, match="a share of the bytes"):
+        caches.float16_share({"family": "quantize", "settings": {}, "bytes_share": float("nan")}, {"length": 8, "scored": 3})

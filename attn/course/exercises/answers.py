@@ -168,6 +168,8 @@ def _as_array(answer, expects, depth=0):
     not_numbers = f"{what} {where} {with_article(kind_of(answer))}{' in it' if nested else ''}, but it should be {expects.noun}."
     if callable(answer) or isinstance(answer, dict):
         raise AnswerError(not_numbers)
+    if isinstance(answer, set | frozenset) and expects.noun.startswith("an array"):  # a set has no order: a list
+        raise AnswerError(not_numbers.replace("an array", "a list")[:-1] + ": a set has no order; list(...) makes one.")
     try:
         array = np.asarray(answer)  # objects that know how to become arrays
     except Exception:  # noqa: BLE001 - an object's own conversion code can raise anything

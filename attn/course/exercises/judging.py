@@ -55,7 +55,7 @@ def compare(answer, expected, what, atol=1e-6):
         return f"the one number in {what} {miss}."
     if len(positions) == 1:
         return f"one of the {answer.size} entries in {what} is wrong: the one at index {index} {miss}."
-    return f"{_how_many(positions, answer)} entries in {what} are wrong; the first, at index {index}, {miss}."
+    return f"{_how_many(positions, answer)} entries in {what} are wrong; the first wrong one, at index {index}, {miss}."
 
 
 compare_without_answer = compare  # the name the predict-first checks used; every check now hides the answer

@@ -63,7 +63,8 @@ def _scales(answer, expected):
     if answer.shape == (1, expected.size):
         return (f"your scales have shape (1, {expected.size}): quantize keeps an axis for the groups along the positions "
                 "(one group here); give the three scales as one flat list, such as scales[0].")
-    if matches(answer, _key_scales(per_token=True)):
+    per_token = _key_scales(per_token=True)
+    if answer.shape == per_token.shape and np.allclose(answer, per_token, rtol=0, atol=0.01):  # printed digits too
         return ("those are one scale per position (per token): KIVI groups keys per channel, so each of the three "
                 "channels gets one scale over the four positions.")
     if answer.shape != expected.shape:
@@ -80,10 +81,12 @@ def _scales(answer, expected):
                                       "KIVI uses start at each group's smallest number"),
         (_key_scales(divided=False), "those are the ranges themselves, max - min: the scale is one step of the codes, "
                                      "the range over 2**bits - 1"),
+        (np.min(KEYS, axis=0), "those are each channel's minimum, its zero point: the scale beside it is one step of "
+                               "the codes"),
     ):
         if matches(answer, mistake):
             return hint + "."
-    return compare(answer, expected, what) + " Each scale is (max - min) / (2**bits - 1) over one channel."
+    return compare(answer, expected, what) + " Each scale is one step of its channel's codes."
 
 
 def _cache_bytes(scales=True, zero_points=True, scale_bytes=SCALE_BYTES, code_bits=BITS):

@@ -385,9 +385,8 @@ def count_baseline(train_tokens, held_out_inputs, held_out_targets, vocab_size, 
         return pairs.view(vocab_size, vocab_size).double()
 
     def bigram_loss(table, k, before, after):
-        rows = table[before]  # (n, V)
-        chosen = rows.gather(1, after[:, None])[:, 0]
-        return -(torch.log(chosen + k) - torch.log(rows.sum(dim=1) + k * vocab_size)).mean().item()
+        chosen, totals = table[before, after], table.sum(dim=1)[before]  # (n,) each: never an (n, V) copy
+        return -(torch.log(chosen + k) - torch.log(totals + k * vocab_size)).mean().item()
 
     cut = len(train_tokens) * 9 // 10
     fit, check = counts(train_tokens[:cut]), train_tokens[cut:]

@@ -77,6 +77,7 @@ from torch.nn import functional
 from attn.common.stats import paired_interval
 from attn.common.validate import require_callable, type_name
 from attn.experiments.records import sized_command, write_record
+from attn.experiments.sink_recall import words  # an interval of arm - softmax in words
 from attn.gates import DifferentialAttention, GatedAttention
 from attn.gates.functional import _causal_scores, _differential_weights, _read
 from attn.gates.layers import _pairs
@@ -302,15 +303,6 @@ def _summary(run, metric):
     if metric == "first_token_weight":
         return [max(max(heads) for heads in layers) for layers in run[metric]]
     return [max(layers) for layers in run[metric]]
-
-
-def words(mean, low, high):
-    """An interval of arm - softmax in words."""
-    if low > 0:
-        return "higher than softmax"
-    if high < 0:
-        return "lower than softmax"
-    return "not distinguishable from softmax"
 
 
 CLAIMS = {"held_out_loss": "a lower held-out loss than softmax", "first_token_weight": "no sink (less first-token weight "

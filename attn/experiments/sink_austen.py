@@ -74,21 +74,21 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attn.common.validate import require_callable, type_name
-from attn.experiments.records import sized_command, write_record
+from attn.common.validate import require_callable
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 from attn.experiments.sink_austen_words import (
     FROM_POSITION,
     GATE_MLP_RATIO,
     MASSIVE_RATIO,
     MLP_RATIO,
     SINK_WEIGHT,
+    _bonferroni,
+    _claims,
+    _even_rows,
+    _intervals,
+    _lambda_init,
+    _massive,
     _text,
-    bonferroni,
-    claims,
-    even_rows,
-    intervals,
-    lambda_init,
-    massive,
 )
 from attn.gates import DifferentialAttention, GatedAttention
 from attn.gates.functional import _causal_scores, _differential_weights, _read
@@ -117,7 +117,7 @@ SIZES = {
 }
 
 
-class SwitchedAttention(nn.Module):
+class _SwitchedAttention(nn.Module):
     """One of ARMS as a TransformerBlock's attention (``layer_index``, from 0, sets differential attention's
     lambda_init by DiffLlama's schedule): self-attention on ``query`` (the block passes the same
     normed x three times), causal, without caches or masks. With ``watch`` set it keeps its last weights
@@ -128,7 +128,7 @@ class SwitchedAttention(nn.Module):
         options = dict(ARMS[arm])
         self.arm, self.embed_dim, self.num_heads, self.watch, self.seen = arm, embed_dim, num_heads, False, {}
         if options.pop("layer") == "DifferentialAttention":
-            self.layer = DifferentialAttention(embed_dim, num_heads, lambda_init=lambda_init(layer_index))
+            self.layer = DifferentialAttention(embed_dim, num_heads, lambda_init=_lambda_init(layer_index))
         else:
             self.layer = GatedAttention(embed_dim, num_heads, **options)
 
@@ -173,7 +173,7 @@ class SwitchedAttention(nn.Module):
         return layer.out_proj(heads.transpose(1, 2).reshape(batch, length, -1))
 
 
-def build(arm, settings, vocab_size, seed):
+def _build(arm, settings, vocab_size, seed):
     """An AustenLM of the size's settings with every block's attention a SwitchedAttention of ``arm``, seeded."""
     from attn.models.lm import AustenLM, _initialise
 
@@ -182,7 +182,7 @@ def build(arm, settings, vocab_size, seed):
     model = AustenLM(vocab_size, settings["context_length"], settings["embed_dim"], settings["num_heads"],
                      settings["num_layers"], mlp_ratio=ratio)
     for index, block in enumerate(model.blocks):
-        block.attention = SwitchedAttention(arm, settings["embed_dim"], settings["num_heads"], index)
+        block.attention = _SwitchedAttention(arm, settings["embed_dim"], settings["num_heads"], index)
     torch.manual_seed(seed)
     model.apply(_initialise)  # GPT-2's start for every layer, the new ones included
     return model
@@ -203,7 +203,7 @@ def _with_bos(windows, bos):
 
 
 @torch.no_grad()
-def watch(model, tokens):
+def _watch(model, tokens):
     """Run ``model`` on tokens (B, T) watching every layer: per layer the first-token weight [head] (queries from
     FROM_POSITION on), largest logit, largest |residual| after the block, first position's norm / median norm,
     sink share and gate mean."""
@@ -232,13 +232,13 @@ def watch(model, tokens):
     return found
 
 
-def train_arm(arm, seed, settings, data, bos=None):
+def _train_arm(arm, seed, settings, data, bos=None):
     """Train one arm with one seed on ``data`` (training tokens, held-out tokens, vocabulary size); its measurements."""
     from attn.models.lm_training import held_out_windows, learning_rate_at, make_optimizer, mean_loss, random_batch
 
     train_tokens, held_out, vocab_size = data
     started = time.perf_counter()
-    model = build(arm, settings, vocab_size + (bos is not None), seed)
+    model = _build(arm, settings, vocab_size + (bos is not None), seed)
     config = _config(settings, vocab_size)
     optimizer = make_optimizer(model, config)
     generator = torch.Generator().manual_seed(seed)
@@ -267,7 +267,7 @@ def train_arm(arm, seed, settings, data, bos=None):
         if all(value is None for value in checkpoints[name]):
             checkpoints[name] = None
     model.eval()
-    final = watch(model, probe)
+    final = _watch(model, probe)
     return {"held_out_loss": round(mean_loss(model, inputs, targets), 4), "checkpoints": checkpoints, **final,
             "sink_formed": max(max(heads) for heads in final["first_token_weight"]) >= SINK_WEIGHT,
             "parameters": sum(parameter.numel() for parameter in model.parameters()),
@@ -279,7 +279,7 @@ def _checkpoint(model, probe, step, checkpoints, held_out):
 
     was_training = model.training
     model.eval()
-    seen = watch(model, probe)
+    seen = _watch(model, probe)
     with torch.no_grad():
         loss = mean_loss(model, *held_out)
     model.train(was_training)
@@ -297,13 +297,8 @@ def _gathered(results):
     return {name: [result[name] for result in results] for name in names}
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
 
-
-def load_data():
+def _load_data():
     """(training tokens, held-out tokens, vocabulary size) with lesson 13's shipped tokenizer."""
     from attn.data.corpus import austen
     from attn.data.tokenizer import Tokenizer
@@ -318,12 +313,12 @@ def load_data():
     return token_tensor(tokenizer, training_texts), token_tensor(tokenizer, [held_out_text]), tokenizer.vocab_size
 
 
-def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
+def _measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
     """Every arm over the size's seeds, and the variant if the softmax baseline formed no sink."""
-    settings = _settings(size)
+    settings = settings_for(SIZES, size)
     require_callable("progress", progress)
     started = time.perf_counter()
-    data = load_data() if data is None else data
+    data = _load_data() if data is None else data
     progress(f"[{time.perf_counter() - started:5.0f} s] corpus tokenised: {len(data[0]):,} training tokens")
     from attn.models.lm_training import held_out_windows
     from attn.models.ngram import add_k_baseline
@@ -336,30 +331,30 @@ def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
     for arm in arms:
         results = []
         for seed in range(settings["seeds"]):
-            results.append(train_arm(arm, seed, settings, data))
+            results.append(_train_arm(arm, seed, settings, data))
             progress(f"[{time.perf_counter() - started:5.0f} s] {arm:>12} seed {seed}: held-out loss "
                      f"{results[-1]['held_out_loss']}, first-token weight {results[-1]['first_token_weight']}")
         runs[arm], parameters[arm] = _gathered(results), results[0]["parameters"]
     record = {"size": size, "settings": settings, "arms": {arm: ARMS[arm] for arm in arms}, "parameters": parameters,
               "parameter_spread": round(max(abs(count / parameters["softmax"] - 1) for count in parameters.values()), 5),
-              "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, **even_rows(settings["context_length"]),
+              "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, **_even_rows(settings["context_length"]),
               "massive_ratio": MASSIVE_RATIO, "baseline": baseline, "runs": runs,
-              "intervals": intervals(runs), "variant": None}
-    record["claims"] = claims(record["intervals"], any(runs["softmax"]["sink_formed"]), settings["steps"],
-                              massive(runs["softmax"]))
-    record["bonferroni"] = bonferroni(runs)
+              "intervals": _intervals(runs), "variant": None}
+    record["claims"] = _claims(record["intervals"], any(runs["softmax"]["sink_formed"]), settings["steps"],
+                              _massive(runs["softmax"]))
+    record["bonferroni"] = _bonferroni(runs)
     if not any(runs["softmax"]["sink_formed"]):
         bos = data[2]
         results = []
         for seed in range(settings["seeds"]):
-            results.append(train_arm("softmax", seed, settings, data, bos=bos))
+            results.append(_train_arm("softmax", seed, settings, data, bos=bos))
             progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text seed {seed}: first-token "
                      f"weight {results[-1]['first_token_weight']}")
         record["variant"] = {"what": "a beginning-of-text token (a new token id, one more embedding row) at position 0 of every "
                                      "window, the same steps and context", "runs": {"softmax": _gathered(results)}}
         if not any(record["variant"]["runs"]["softmax"]["sink_formed"]):
             longer = {**settings, **settings["longer"]}
-            results = [train_arm("softmax", seed, longer, data, bos=bos) for seed in range(longer["seeds"])]
+            results = [_train_arm("softmax", seed, longer, data, bos=bos) for seed in range(longer["seeds"])]
             progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text, longer: first-token weight "
                      f"{results[-1]['first_token_weight']}")
             record["variant"]["longer"] = {
@@ -372,8 +367,10 @@ def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
 
 
 def run(out, size="full", progress=print):
-    """Measure and write ``out``/RESULTS_NAME; returns the record."""
-    return write_record(out, RESULTS_NAME, measure(size, progress), COMMAND, size)
+    """Measure and write ``out``/RESULTS_NAME; returns the record. ``out`` and ``size`` are checked before any work."""
+    check_out(out)
+    settings_for(SIZES, size)
+    return write_record(out, RESULTS_NAME, _measure(size, progress), COMMAND, size)
 
 
 DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output gate, a sink logit, QK-norm and "

@@ -9,7 +9,7 @@ is "not testable" where the softmax baseline lacks the thing the design removes.
 import math
 
 from attn.common.stats import paired_interval, t_quantile_at
-from attn.experiments.sink_recall import words  # an interval of arm - softmax in words
+from attn.experiments.sink_recall import _words as words  # an interval of arm - softmax in words
 
 MASSIVE_RATIO = 10.0  # a massive activation: the first position's norm this many times the median's (SmolLM2: 32-176)
 MLP_RATIO, GATE_MLP_RATIO = 4, 3.5  # the gate's doubled query projection paid for by a narrower MLP
@@ -18,7 +18,7 @@ SINK_WEIGHT = 0.3  # a head with at least this mean weight on the first token is
 INTERVAL_METRICS = ("held_out_loss", "first_token_weight", "largest_logit", "largest_activation")
 
 
-def lambda_init(layer_index):
+def _lambda_init(layer_index):
     """DiffLlama's lambda_init for a layer (transformers' lambda_init_fn, layer index from 0): 0.8 - 0.6 exp(-0.3 l)."""
     return 0.8 - 0.6 * math.exp(-0.3 * layer_index)
 
@@ -36,7 +36,7 @@ CLAIMS = {"held_out_loss": "a lower held-out loss than softmax", "first_token_we
           "than softmax)", "largest_activation": "no massive activations (a smaller largest activation than softmax)"}
 
 
-def verdict(interval, steps):
+def _verdict(interval, steps):
     """Words for "the arm's number is lower than softmax's", from the interval of arm - softmax, after ``steps``
     steps: these models are young, so the words say when, never "held"."""
     if interval["high"] < 0:
@@ -51,19 +51,19 @@ NOT_TESTABLE_MASSIVE = ("not testable: the softmax baseline has no massive activ
                         f"{MASSIVE_RATIO:g})")
 
 
-def claims(found, baseline_sink, steps, baseline_massive=True):
+def _claims(found, baseline_sink, steps, baseline_massive=True):
     """{arm: {metric: words}} for CLAIMS; a claim is not testable where the baseline lacks what the design removes."""
     def said(metric, interval):
         if metric == "first_token_weight" and not baseline_sink:
             return NOT_TESTABLE
         if metric == "largest_activation" and not baseline_massive:
             return NOT_TESTABLE_MASSIVE
-        return verdict(interval, steps)
+        return _verdict(interval, steps)
 
     return {arm: {metric: said(metric, by[metric]) for metric in CLAIMS} for arm, by in found.items()}
 
 
-def bonferroni(runs, metric="held_out_loss", alpha=0.05):
+def _bonferroni(runs, metric="held_out_loss", alpha=0.05):
     """Arm - softmax intervals for ``metric``, each at level 1 - alpha / m for the m arms compared (a family)."""
     arms = [arm for arm in runs if arm != "softmax"]
     found = {"family": len(arms), "level": round(1 - alpha / max(len(arms), 1), 5), metric: {}}
@@ -78,7 +78,7 @@ def bonferroni(runs, metric="held_out_loss", alpha=0.05):
     return found
 
 
-def intervals(runs):
+def _intervals(runs):
     found = {}
     for arm, run in runs.items():
         if arm == "softmax":
@@ -137,7 +137,7 @@ def _text(record):
     if "differential" in runs:
         lams = runs["differential"]["lambda"]
         lines.append("Differential attention uses DiffLlama's lambda_init by layer ("
-                     + ", ".join(f"{lambda_init(i):.2f}" for i in range(settings["num_layers"])) + "); its lambda ends at "
+                     + ", ".join(f"{_lambda_init(i):.2f}" for i in range(settings["num_layers"])) + "); its lambda ends at "
                      + ", ".join(f"{_mean([seed[i] for seed in lams]):.2f}" for i in range(settings["num_layers"]))
                      + " by layer; its first-token weight is that of A1 - lambda A2 divided by the row sum 1 - lambda.")
     ratio = max(max(layers) for layers in runs["softmax"]["first_position_norm_ratio"])
@@ -159,7 +159,7 @@ def _text(record):
     return lines
 
 
-def even_rows(length):
+def _even_rows(length):
     """The values even rows give at context ``length``: the first-token weight over queries from FROM_POSITION on
     (mean of 1 / (i + 1)) and a sink logit of 0's share over every query (mean of 1 / (i + 2))."""
     queries = range(FROM_POSITION, length)
@@ -167,6 +167,6 @@ def even_rows(length):
             "even_sink_share": round(sum(1 / (i + 2) for i in range(length)) / length, 4)}
 
 
-def massive(run):
+def _massive(run):
     """Whether any seed's first position grew MASSIVE_RATIO times the median position's norm in some layer."""
     return max(max(layers) for layers in run["first_position_norm_ratio"]) >= MASSIVE_RATIO

@@ -54,8 +54,8 @@ from torch import nn
 from torch.nn import functional
 
 from attn.common.stats import paired_interval
-from attn.common.validate import require_callable, require_choice, type_name, whole_number
-from attn.experiments.records import sized_command, write_record
+from attn.common.validate import require_callable, require_choice, whole_number
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 from attn.gates import GatedAttention
 from attn.models.recall import make_recall_data
 
@@ -82,7 +82,7 @@ SIZES = {
 VALID_SEED, TEST_SEED = 2000, 1000  # validation and test examples are drawn with seed + these
 
 
-def recall_with_absent(n_examples, share, n_pairs, n_keys, n_values, seed):
+def _recall_with_absent(n_examples, share, n_pairs, n_keys, n_values, seed):
     """make_recall_data's examples, a ``share`` of them (the first round(share * n), the rest untouched) asking
     for a key absent from their context: their query is a key drawn from the others, their target ``n_values``
     (the class "absent") and their position -1. Returns the RecallData."""
@@ -102,7 +102,7 @@ def recall_with_absent(n_examples, share, n_pairs, n_keys, n_values, seed):
     return data
 
 
-class SinkRecall(nn.Module):
+class _SinkRecall(nn.Module):
     """Key and value embeddings, one GatedAttention layer (no positions, no QK-norm) read by the query over the
     pairs only, and a readout to n_values + 1 classes (the last: "absent").
 
@@ -150,15 +150,15 @@ def _measure(model, data, absent):
             "gate": None if opened is None else opened.mean().item()}
 
 
-def train_arm(arm, share, seed, settings):
+def _train_arm(arm, share, seed, settings):
     """One arm at one absent share and seed, trained by the stopping rule; its held-out measurements (a dict)."""
     task = {name: settings[name] for name in ("n_pairs", "n_keys", "n_values")}
     torch.manual_seed(seed)
-    model = SinkRecall(arm, settings["n_keys"], settings["n_values"], settings["embed_dim"], settings["num_heads"])
-    train = recall_with_absent(settings["train_examples"], share, seed=seed, **task)
-    valid = recall_with_absent(settings["valid_examples"], share, seed=seed + VALID_SEED, **task)
-    present = recall_with_absent(settings["test_examples"], 0.0, seed=seed + TEST_SEED, **task)
-    absent = recall_with_absent(settings["test_examples"], 1.0, seed=seed + TEST_SEED, **task)
+    model = _SinkRecall(arm, settings["n_keys"], settings["n_values"], settings["embed_dim"], settings["num_heads"])
+    train = _recall_with_absent(settings["train_examples"], share, seed=seed, **task)
+    valid = _recall_with_absent(settings["valid_examples"], share, seed=seed + VALID_SEED, **task)
+    present = _recall_with_absent(settings["test_examples"], 0.0, seed=seed + TEST_SEED, **task)
+    absent = _recall_with_absent(settings["test_examples"], 1.0, seed=seed + TEST_SEED, **task)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
     step, best, flat, curve = 0, math.inf, 0, []
@@ -171,7 +171,7 @@ def train_arm(arm, share, seed, settings):
             optimizer.step()
             step += 1
         curve.append(round(_loss(model, valid), 4))
-        best, flat = stopping_step(curve[-1], best, flat, settings["min_gain"])
+        best, flat = _stopping_step(curve[-1], best, flat, settings["min_gain"])
     on_present, on_absent = _measure(model, present, False), _measure(model, absent, True)
     return {"present_accuracy": on_present["accuracy"], "absent_accuracy": on_absent["accuracy"],
             "present_norm": on_present["norm"], "absent_norm": on_absent["norm"],
@@ -181,7 +181,7 @@ def train_arm(arm, share, seed, settings):
             "parameters": sum(parameter.numel() for parameter in model.parameters())}
 
 
-def stopping_step(loss, best, flat, min_gain):
+def _stopping_step(loss, best, flat, min_gain):
     """The relative rule's bookkeeping: (best, flat) after one validation loss. A loss below (1 - min_gain) * best
     is a gain (best becomes it, flat 0); any other adds 1 to flat, the measurements in a row without a gain."""
     return (loss, 0) if loss < best * (1 - min_gain) else (best, flat + 1)
@@ -203,7 +203,7 @@ def _metric(run, metric):
     return run[metric]
 
 
-def words(mean, low, high, reference="softmax"):
+def _words(mean, low, high, reference="softmax"):
     """An interval of arm - reference in words: higher, lower, or not distinguishable."""
     if low > 0:
         return f"higher than {reference}"
@@ -212,7 +212,7 @@ def words(mean, low, high, reference="softmax"):
     return f"not distinguishable from {reference}"
 
 
-def within_words(mean, low, high):
+def _within_words(mean, low, high):
     """An interval of absent minus present (one arm) in words."""
     if low > 0:
         return "larger for absent keys"
@@ -221,7 +221,7 @@ def within_words(mean, low, high):
     return "not distinguishable between absent and present keys"
 
 
-def absent_minus_present(runs, shares):
+def _absent_minus_present(runs, shares):
     """{arm: {share: {metric: {mean, low, high, words}}}}: each arm's absent-key value minus its present-key value,
     paired over seeds, for the output norm, the weight to nothing and (the gate) the gate's mean opening."""
     found = {}
@@ -234,11 +234,11 @@ def absent_minus_present(runs, shares):
                     continue
                 mean, low, high = paired_interval(run[f"absent_{metric}"], run[f"present_{metric}"])
                 found[arm][share][metric] = {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
-                                             "words": within_words(mean, low, high)}
+                                             "words": _within_words(mean, low, high)}
     return found
 
 
-def intervals(runs, shares):
+def _intervals(runs, shares):
     """{arm: {share: {metric: {mean, low, high, words}}}} for every arm against softmax (paired over seeds)."""
     found = {}
     for arm in runs:
@@ -250,7 +250,7 @@ def intervals(runs, shares):
             for metric in METRICS:
                 mean, low, high = paired_interval(_metric(runs[arm][share], metric), _metric(runs["softmax"][share], metric))
                 found[arm][share][metric] = {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
-                                             "words": words(mean, low, high)}
+                                             "words": _words(mean, low, high)}
     return found
 
 
@@ -286,15 +286,10 @@ def _text(record):
     return lines
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
 
-
-def measure(size="full", progress=print, arms=tuple(ARMS), shares=ABSENT_SHARES):
+def _measure_all(size="full", progress=print, arms=tuple(ARMS), shares=ABSENT_SHARES):
     """Every arm at every absent share over the size's seeds; the record without its provenance."""
-    settings = _settings(size)
+    settings = settings_for(SIZES, size)
     require_callable("progress", progress)
     for arm in arms:
         require_choice("each of arms", arm, tuple(ARMS))
@@ -303,7 +298,7 @@ def measure(size="full", progress=print, arms=tuple(ARMS), shares=ABSENT_SHARES)
     for arm in arms:
         runs[arm] = {}
         for share in shares:
-            results = [train_arm(arm, share, seed, settings) for seed in range(whole_number("seeds", settings["seeds"]))]
+            results = [_train_arm(arm, share, seed, settings) for seed in range(whole_number("seeds", settings["seeds"]))]
             runs[arm][str(share)] = _gathered(results)
             run = runs[arm][str(share)]
             progress(f"[{time.perf_counter() - started:5.0f} s] {arm:>10} {share:.0%} absent: present accuracy "
@@ -311,16 +306,18 @@ def measure(size="full", progress=print, arms=tuple(ARMS), shares=ABSENT_SHARES)
                      f"steps {run['steps']}")
     record = {"size": size, "settings": settings, "arms": {arm: ARMS[arm] for arm in arms},
               "absent_shares": list(shares), "runs": runs}
-    record["intervals"] = intervals(runs, [str(share) for share in shares]) if "softmax" in runs else {}
-    record["absent_minus_present"] = absent_minus_present(runs, [str(share) for share in shares])
+    record["intervals"] = _intervals(runs, [str(share) for share in shares]) if "softmax" in runs else {}
+    record["absent_minus_present"] = _absent_minus_present(runs, [str(share) for share in shares])
     record["text"] = _text(record)
     record["seconds"] = round(time.perf_counter() - started, 1)
     return record
 
 
 def run(out, size="full", progress=print):
-    """Measure and write ``out``/RESULTS_NAME; returns the record."""
-    return write_record(out, RESULTS_NAME, measure(size, progress), COMMAND, size)
+    """Measure and write ``out``/RESULTS_NAME; returns the record. ``out`` and ``size`` are checked before any work."""
+    check_out(out)
+    settings_for(SIZES, size)
+    return write_record(out, RESULTS_NAME, _measure_all(size, progress), COMMAND, size)
 
 
 DESCRIPTION = ("Lesson 7's recall with absent keys, for softmax, a sink logit, the off-by-one softmax, softpick and the "

@@ -56,8 +56,8 @@ import torch
 from torch.nn import functional
 
 from attn.common.stats import paired_interval
-from attn.common.validate import require_callable, type_name
-from attn.experiments.records import sized_command, write_record
+from attn.common.validate import require_callable
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 
 RESULTS_NAME = "smollm2_sinks.json"
 COMMAND = "python -m attn.experiments.smollm2_sinks"
@@ -79,7 +79,7 @@ def _ratio(norms):
     return norms[..., 0] / norms[..., 1:].median(dim=-1).values
 
 
-def words(mean, low, high):
+def _words(mean, low, high):
     if low > 0:
         return "raises the loss"
     if high < 0:
@@ -88,7 +88,7 @@ def words(mean, low, high):
 
 
 @torch.no_grad()
-def read_passage(model, tokens):
+def _read_passage(model, tokens):
     """One passage (T,) read with hooks: residual streams (L + 1, T, E), attention inputs (L, T, E), what each
     block's attention and MLP add (L, T, E) each, logits by layer (L, H, T, T), the model's weights (L, H, T, T)."""
     blocks = model.blocks
@@ -126,7 +126,7 @@ ARMS = ("first_replaced", "first_swapped", "first_keep_feature", "first_feature_
 
 
 @torch.no_grad()
-def passage_loss(model, tokens, replace_at=None, position=0, how="mean", feature=None, donor=None):
+def _passage_loss(model, tokens, replace_at=None, position=0, how="mean", feature=None, donor=None):
     """Mean next-token loss of the predictions made from position 1 on, leaving out the one made at ``position``
     (so that a replaced position's own prediction never counts, and the untouched loss it is compared with leaves
     out the same one). With ``replace_at`` (a 0-based block index), ``position``'s residual after that block is
@@ -170,17 +170,17 @@ def passage_loss(model, tokens, replace_at=None, position=0, how="mean", feature
 
 def _interval(a, b):
     mean, low, high = paired_interval(a, b)
-    return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4), "words": words(mean, low, high)}
+    return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4), "words": _words(mean, low, high)}
 
 
-def measure(model, passages, progress=print):
+def _measure(model, passages, progress=print):
     """Every measure on passages (N, T); the record without size, settings and provenance."""
     started = time.perf_counter()
     per = {name: [] for name in ("norms", "feature0", "attn_add", "mlp_add", "mlp_others", "normed", "key", "value",
                                  "largest", "first_weight", "check")}
     streams = []
     for index, tokens in enumerate(passages):
-        read = read_passage(model, tokens)
+        read = _read_passage(model, tokens)
         norms = read["stream"].norm(dim=-1)  # (L + 1, T)
         per["norms"].append(norms)
         streams.append(read["stream"][:, 0])  # (L + 1, E): position 0
@@ -239,14 +239,14 @@ def measure(model, passages, progress=print):
     record["massive"]["feature_median_others"] = round(torch.stack(others).mean().item(), 3)
     control = passages.shape[1] // 2
     donors = [_stream_at(model, tokens, writer + 1)[0] for tokens in passages]  # position 0 after the writing block
-    untouched = [passage_loss(model, tokens) for tokens in passages]
-    arms = {"first_replaced": [passage_loss(model, tokens, writer, 0) for tokens in passages],
-            "first_swapped": [passage_loss(model, tokens, writer, 0, "swap", donor=donors[(index + 1) % len(passages)])
+    untouched = [_passage_loss(model, tokens) for tokens in passages]
+    arms = {"first_replaced": [_passage_loss(model, tokens, writer, 0) for tokens in passages],
+            "first_swapped": [_passage_loss(model, tokens, writer, 0, "swap", donor=donors[(index + 1) % len(passages)])
                               for index, tokens in enumerate(passages)],
-            "first_keep_feature": [passage_loss(model, tokens, writer, 0, "keep_feature", feature) for tokens in passages],
-            "first_feature_only": [passage_loss(model, tokens, writer, 0, "feature_only", feature) for tokens in passages]}
-    untouched_control = [passage_loss(model, tokens, None, control) for tokens in passages]
-    controlled = [passage_loss(model, tokens, writer, control) for tokens in passages]
+            "first_keep_feature": [_passage_loss(model, tokens, writer, 0, "keep_feature", feature) for tokens in passages],
+            "first_feature_only": [_passage_loss(model, tokens, writer, 0, "feature_only", feature) for tokens in passages]}
+    untouched_control = [_passage_loss(model, tokens, None, control) for tokens in passages]
+    controlled = [_passage_loss(model, tokens, writer, control) for tokens in passages]
     progress(f"[{time.perf_counter() - started:5.0f} s] replacement: {sum(untouched) / len(untouched):.3f} untouched, "
              f"{sum(arms['first_replaced']) / len(passages):.3f} first position replaced after layer {writer}")
     record["replacement"] = {
@@ -334,20 +334,17 @@ def _reading(replacement):
     return f"{first}; feature {feature} alone does not carry the replacement's cost as clearly."
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
-
 
 def run(out, size="full", progress=print):
-    """Load SmolLM2 and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record."""
+    """Load SmolLM2 and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record. ``out`` and
+    ``size`` are checked before any work."""
+    check_out(out)
     from attn.data.corpus import austen
     from attn.experiments.window_austen import held_out_streams
     from attn.models.lm import HELD_OUT
     from attn.pretrained import load
 
-    settings = _settings(size)
+    settings = settings_for(SIZES, size)
     require_callable("progress", progress)
     started = time.perf_counter()
     text = austen()[HELD_OUT]  # the corpus first: a missing one costs nothing
@@ -357,7 +354,7 @@ def run(out, size="full", progress=print):
     record = {"size": size, "settings": {**settings, "from_position": FROM_POSITION, "thresholds": list(THRESHOLDS)},
               "passages": f"{settings['passages']} passages of {settings['length']} tokens evenly spread through "
                           "Persuasion, no beginning-of-text token",
-              **measure(model, passages, progress)}
+              **_measure(model, passages, progress)}
     record["text"] = _text(record)
     record["seconds"] = round(time.perf_counter() - started, 1)
     return write_record(out, RESULTS_NAME, record, COMMAND, size)

@@ -1,6 +1,6 @@
 """Lesson 13's Austen model, scaled down, with each design of lesson 22 in place of its attention (lesson 22).
 
-    python -m attn.experiments.sink_austen --out lessons/records     # about 8 minutes, one thread
+    python -m attn.experiments.sink_austen --out lessons/records     # about 13 minutes, one thread
     python -m attn.experiments.sink_austen --out DIR --size tiny     # seconds (needs the corpus)
 
 Lesson 13's recipe (attn.models.lm: tied embeddings, pre-norm blocks, rotary positions, AdamW with warm-up
@@ -43,7 +43,9 @@ The record, ``sink_austen.json`` (schema):
   (their largest layer), each {"mean", "low", "high", "words"}; ``claims[arm]``: for the papers' claims (lower
   loss, no sink, no massive activations: ``CLAIMS``) "held" (interval below 0), "not held" (above) or "not
   distinguishable"; the no-sink claim is NOT_TESTABLE where no softmax seed formed a sink;
-- ``variant``: null if the baseline formed a sink, else {"what", "runs": {"softmax": as runs}};
+- ``variant``: null if the baseline formed a sink, else {"what", "runs": {"softmax": as runs}}, and if that formed
+  none either, ``longer``: {"what", "settings" (SIZES[size]["longer"]), "runs": {"softmax": as runs}}: the
+  beginning-of-text token with a longer context and more steps;
 - ``seconds``, ``provenance``.
 """
 
@@ -75,10 +77,12 @@ ARMS = {
 SIZES = {
     "full": {"embed_dim": 64, "num_heads": 4, "num_layers": 2, "context_length": 64, "batch_size": 16, "steps": 300,
              "learning_rate": 2.5e-3, "warmup_steps": 30, "weight_decay": 0.1, "seeds": 3, "checkpoint_every": 50,
-             "probe_windows": 8, "eval_windows": 64},
+             "probe_windows": 8, "eval_windows": 64, "longer": {"context_length": 128, "steps": 1200, "checkpoint_every": 200,
+                                                          "seeds": 1}},
     "tiny": {"embed_dim": 16, "num_heads": 2, "num_layers": 2, "context_length": 24, "batch_size": 4, "steps": 6,
              "learning_rate": 2.5e-3, "warmup_steps": 2, "weight_decay": 0.1, "seeds": 2, "checkpoint_every": 3,
-             "probe_windows": 2, "eval_windows": 4},
+             "probe_windows": 2, "eval_windows": 4, "longer": {"context_length": 32, "steps": 8, "checkpoint_every": 4,
+                                                         "seeds": 1}},
 }
 MLP_RATIO, GATE_MLP_RATIO = 4, 3.5  # the gate's doubled query projection paid for by a narrower MLP
 FROM_POSITION = 16  # first-token weight: queries from here on (the first ones have few keys to choose from)
@@ -330,6 +334,10 @@ def _text(record):
         count = sum(record["variant"]["runs"]["softmax"]["sink_formed"])
         lines.append(f"The softmax baseline formed no sink, so it was trained again with {record['variant']['what']}: "
                      f"{count} of {len(record['variant']['runs']['softmax']['sink_formed'])} seeds formed one.")
+        if "longer" in record["variant"]:
+            longer = record["variant"]["longer"]
+            count = sum(longer["runs"]["softmax"]["sink_formed"])
+            lines.append(f"Then with {longer['what']}: {count} of {len(longer['runs']['softmax']['sink_formed'])} formed one.")
     return lines
 
 
@@ -383,6 +391,15 @@ def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
                      f"weight {results[-1]['first_token_weight']}")
         record["variant"] = {"what": "a beginning-of-text token (id V, one more embedding row) at position 0 of every "
                                      "window, the same steps and context", "runs": {"softmax": _gathered(results)}}
+        if not any(record["variant"]["runs"]["softmax"]["sink_formed"]):
+            longer = {**settings, **settings["longer"]}
+            results = [train_arm("softmax", seed, longer, data, bos=bos) for seed in range(longer["seeds"])]
+            progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text, longer: first-token weight "
+                     f"{results[-1]['first_token_weight']}")
+            record["variant"]["longer"] = {
+                "what": f"the beginning-of-text token with context {longer['context_length']} and {longer['steps']} steps "
+                        f"({longer['seeds']} seed{'s' if longer['seeds'] > 1 else ''})",
+                "settings": settings["longer"], "runs": {"softmax": _gathered(results)}}
     record["text"] = _text(record)
     record["seconds"] = round(time.perf_counter() - started, 1)
     return record
@@ -398,7 +415,7 @@ DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output g
 
 
 def main(argv=None):
-    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 8 minutes", "tiny": "seconds"},
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 13 minutes", "tiny": "seconds"},
                                 run, argv)
     print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
 

@@ -68,6 +68,20 @@ def test_interval_words_follow_the_interval():
     assert sink_recall.words(0.1, -0.1, 0.3) == "not distinguishable from softmax"
 
 
+def test_the_stopping_rule_is_relative_to_the_best_loss():
+    assert sink_recall.stopping_step(0.0097, 0.01, 2, 0.02) == (0.0097, 0)  # 3% below the best: a gain
+    assert sink_recall.stopping_step(0.0099, 0.01, 2, 0.02) == (0.01, 3)  # 1% below: not enough
+    assert sink_recall.stopping_step(1.5, 2.0, 0, 0.02) == (1.5, 0)
+
+
+def test_absent_minus_present_is_paired_within_an_arm():
+    run = {"absent_norm": [3.0, 4.0, 5.0], "present_norm": [1.0, 2.0, 3.0], "absent_nothing": [0.1, 0.1, 0.1],
+           "present_nothing": [0.1, 0.1, 0.1], "absent_gate": [None] * 3, "present_gate": [None] * 3}
+    found = sink_recall.absent_minus_present({"sink": {"0.5": run}}, ["0.5"])["sink"]["0.5"]
+    assert found["norm"]["mean"] == pytest.approx(2.0) and found["norm"]["words"] == "larger for absent keys"
+    assert found["nothing"]["words"] == "not distinguishable between absent and present keys" and "gate" not in found
+
+
 def test_the_tiny_command_is_deterministic_and_refuses_a_bad_size(tmp_path, capsys):
     sink_recall.main(["--out", str(tmp_path / "a"), "--size", "tiny"])
     sink_recall.main(["--out", str(tmp_path / "b"), "--size", "tiny"])
@@ -92,10 +106,14 @@ def test_the_shipped_record_follows_its_schema_and_its_stopping_rule():
             for curve, steps, stopped in zip(run["curves"], run["steps"], run["stopped"], strict=True):
                 best, flat = math.inf, 0
                 for loss in curve:
-                    best, flat = (loss, 0) if loss < best - settings["min_gain"] else (best, flat + 1)
+                    best, flat = sink_recall.stopping_step(loss, best, flat, settings["min_gain"])
                 assert stopped == (flat >= settings["patience"]) and (stopped or steps == settings["max_steps"])
             if arm in ("softmax", "gate"):
                 assert all(value == 0 for value in run["absent_nothing"])
             if arm != "softmax":
                 for found in record["intervals"][arm][share].values():
                     assert found["words"] == sink_recall.words(found["mean"], found["low"], found["high"])
+            within = record["absent_minus_present"][arm][share]
+            assert set(within) == ({"norm", "nothing", "gate"} if arm == "gate" else {"norm", "nothing"})
+            for found in within.values():
+                assert found["words"] == sink_recall.within_words(found["mean"], found["low"], found["high"])

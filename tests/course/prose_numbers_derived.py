@@ -16,8 +16,4 @@ DERIVED = {
         "2.5": "5 / 2",  # five matrix products against a forward pass's two
     },
     "21_compressed_caches": {"9.10": "log(9000)"},  # chance for four digits whose first is not 0: -ln 9,000
-    "22_attention_that_may_say_nothing": {
-        "0.2": "0.8 - 0.6",  # DiffLlama's lambda_init = 0.8 - 0.6 exp(-0.3 l) at layer 0; and 1 - 0.8
-        "0.36": "0.8 - 0.6 * exp(-0.3)",  # the same at layer 1
-    },
 }

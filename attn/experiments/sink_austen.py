@@ -1,6 +1,6 @@
 """Lesson 13's Austen model, scaled down, with each design of lesson 22 in place of its attention (lesson 22).
 
-    python -m attn.experiments.sink_austen --out lessons/records     # about 13 minutes, one thread
+    python -m attn.experiments.sink_austen --out lessons/records     # about 15 minutes, one thread
     python -m attn.experiments.sink_austen --out DIR --size tiny     # seconds (needs the corpus)
 
 Lesson 13's recipe (attn.models.lm: tied embeddings, pre-norm blocks, rotary positions, AdamW with warm-up
@@ -13,16 +13,28 @@ of one thread for all 18 runs, so both the context and the steps were cut: these
 Every arm is the same AustenLM with each block's attention replaced by one layer with one switch changed
 (``ARMS``): attn.gates.GatedAttention as plain softmax, with the output gate, with a learned sink logit per
 head, or with QK-norm; and attn.gates.DifferentialAttention (its H heads pair into H/2 differential heads of
-the same parameters). The gate's query projection is twice as wide (E^2 more weights a layer), so the gate
-arm's MLP is narrowed from 4 E to 3.5 E hidden features, which takes as many away; every arm's parameter count
-is in the record and within 1% of softmax's.
+the same parameters), with DiffLlama's per-layer lambda_init = 0.8 - 0.6 exp(-0.3 l) (transformers'
+lambda_init_fn, l the 0-based layer index passed to each layer: 0.2 and about 0.36 for two layers). The gate's
+query projection is twice as wide (E^2 more weights a layer), so the gate arm's MLP is narrowed from 4 E to 3.5 E
+hidden features, which takes as many away: the gate arm changes two things (a confound, said in the record's
+text); every arm's parameter count is in the record and within 1% of softmax's.
 
 Measured for each arm and seed: the held-out loss (Persuasion); at checkpoints during training, the mean
 weight each layer's queries (positions FROM_POSITION onward) give the first token and the largest attention
 logit by layer, on PROBE held-out windows; at the end, the same by layer and head, the largest residual
 activation (max |x| of the stream after each block) and the first position's residual norm over the median
-position's, by layer. The sink arm's weight sent to its sink logit and the gate's mean opening are recorded too.
-Differential attention's first-token weight is that of its combined map A1 - lambda A2.
+position's, by layer. The sink arm's weight sent to its sink logit and the gate's mean opening are recorded too,
+at every checkpoint as well as the held-out loss (the loss curve). Differential attention's first-token weight is
+that of its combined map A1 - lambda A2 divided by its row sum 1 - lambda (rows of the combined map sum to
+1 - lambda, not 1), so that it compares with the others'; its lambda per layer is recorded.
+
+Beside the losses: a count-based baseline with the same tokenizer, the unigram and the add-k bigram (counts from
+the training novels, k chosen from BIGRAM_KS on the last tenth of them), scored on the same held-out windows.
+The claims' words: "lower after N steps, early in training", "higher after ...", "not distinguishable after ...";
+never "held": these models are too young to test a paper's claim about trained models. A claim is "not testable"
+where the softmax baseline lacks the thing removed (no sink: no head at SINK_WEIGHT; no massive activation: the
+first position's norm never MASSIVE_RATIO times the median's). With few seeds, the loss comparisons (one per arm)
+are a family: their Bonferroni-adjusted intervals are given too.
 
 A sink "formed" when some head gives the first token at least SINK_WEIGHT of its weight on average. If the
 softmax baseline forms none, the command trains the softmax model again with the variant that makes a sink
@@ -33,8 +45,13 @@ The record, ``sink_austen.json`` (schema):
 
 - ``size``, ``settings``, ``arms`` (each arm's layer options), ``parameters`` {arm: count},
   ``parameter_spread`` (largest |count / softmax's - 1|), ``sink_weight`` (the threshold), ``text``;
+- ``from_position``, ``even_spread`` (the first-token weight of even rows over those queries: mean of 1 / (i + 1)),
+  ``even_sink_share`` (a sink logit of 0 on even rows: mean of 1 / (i + 2) over every query), ``massive_ratio``;
+- ``baseline``: {``unigram``, ``bigram``, ``k``, ``on``} (nats a token on the held-out windows);
 - ``runs[arm]``: lists with one entry per seed: ``held_out_loss``; ``checkpoints`` {``step``: [...],
-  ``first_token_weight``: [[per layer] per checkpoint], ``largest_logit``: [[per layer] per checkpoint]} per seed;
+  ``held_out_loss``: [per checkpoint], ``first_token_weight``: [[per layer] per checkpoint], ``largest_logit``:
+  [[per layer] per checkpoint], ``sink_share``, ``gate_mean`` ([[per layer] per checkpoint] or null)} per seed;
+  ``lambda`` [layer] (differential; else null);
   ``first_token_weight`` (final, [layer][head]), ``largest_logit`` [layer], ``largest_activation`` [layer],
   ``first_position_norm_ratio`` [layer], ``sink_share`` [layer] (sink arm; else null), ``gate_mean`` [layer]
   (gate arm; else null), ``sink_formed`` (bool), ``seconds``;
@@ -42,7 +59,8 @@ The record, ``sink_austen.json`` (schema):
   ``held_out_loss``, ``first_token_weight`` (the largest head's), ``largest_logit`` and ``largest_activation``
   (their largest layer), each {"mean", "low", "high", "words"}; ``claims[arm]``: for the papers' claims (lower
   loss, no sink, no massive activations: ``CLAIMS``) "held" (interval below 0), "not held" (above) or "not
-  distinguishable"; the no-sink claim is NOT_TESTABLE where no softmax seed formed a sink;
+  distinguishable" after N steps, or "not testable: ..." (see above); ``bonferroni``: {``family`` (the number of
+  loss comparisons), ``level``, ``held_out_loss``: {arm: {mean, low, high, words}}};
 - ``variant``: null if the baseline formed a sink, else {"what", "runs": {"softmax": as runs}}, and if that formed
   none either, ``longer``: {"what", "settings" (SIZES[size]["longer"]), "runs": {"softmax": as runs}}: the
   beginning-of-text token with a longer context and more steps;
@@ -56,9 +74,22 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attn.common.stats import paired_interval
 from attn.common.validate import require_callable, type_name
 from attn.experiments.records import sized_command, write_record
+from attn.experiments.sink_austen_words import (
+    FROM_POSITION,
+    GATE_MLP_RATIO,
+    MASSIVE_RATIO,
+    MLP_RATIO,
+    SINK_WEIGHT,
+    _text,
+    bonferroni,
+    claims,
+    even_rows,
+    intervals,
+    lambda_init,
+    massive,
+)
 from attn.gates import DifferentialAttention, GatedAttention
 from attn.gates.functional import _causal_scores, _differential_weights, _read
 from attn.gates.layers import _pairs
@@ -84,23 +115,20 @@ SIZES = {
              "probe_windows": 2, "eval_windows": 4, "longer": {"context_length": 32, "steps": 8, "checkpoint_every": 4,
                                                          "seeds": 1}},
 }
-MLP_RATIO, GATE_MLP_RATIO = 4, 3.5  # the gate's doubled query projection paid for by a narrower MLP
-FROM_POSITION = 16  # first-token weight: queries from here on (the first ones have few keys to choose from)
-SINK_WEIGHT = 0.3  # a head with at least this mean weight on the first token is a sink
-INTERVAL_METRICS = ("held_out_loss", "first_token_weight", "largest_logit", "largest_activation")
 
 
 class SwitchedAttention(nn.Module):
-    """One of ARMS as a TransformerBlock's attention: self-attention on ``query`` (the block passes the same
+    """One of ARMS as a TransformerBlock's attention (``layer_index``, from 0, sets differential attention's
+    lambda_init by DiffLlama's schedule): self-attention on ``query`` (the block passes the same
     normed x three times), causal, without caches or masks. With ``watch`` set it keeps its last weights
     (B, H', T, T), largest logit, sink share and gate opening in ``seen``."""
 
-    def __init__(self, arm, embed_dim, num_heads):
+    def __init__(self, arm, embed_dim, num_heads, layer_index=0):
         super().__init__()
         options = dict(ARMS[arm])
         self.arm, self.embed_dim, self.num_heads, self.watch, self.seen = arm, embed_dim, num_heads, False, {}
         if options.pop("layer") == "DifferentialAttention":
-            self.layer = DifferentialAttention(embed_dim, num_heads)
+            self.layer = DifferentialAttention(embed_dim, num_heads, lambda_init=lambda_init(layer_index))
         else:
             self.layer = GatedAttention(embed_dim, num_heads, **options)
 
@@ -124,7 +152,7 @@ class SwitchedAttention(nn.Module):
         heads = _read(weights, v).transpose(1, 2)  # (B, T, H, d)
         if gate is not None:
             heads = heads * torch.sigmoid(gate)
-        self.seen = {"weights": weights, "largest_logit": scores.amax().item(),
+        self.seen = {"weights": weights, "largest_logit": scores.amax().item(), "lambda": None,
                      "sink_share": (1 - weights.sum(dim=-1)).mean().item() if layer.normalize == "sink" else None,
                      "gate_mean": torch.sigmoid(gate).mean().item() if gate is not None else None}
         return layer.out_proj(heads.flatten(2))
@@ -137,11 +165,11 @@ class SwitchedAttention(nn.Module):
         k = apply_rotary(split_heads(layer.key_proj(x), layer.num_kv_heads), None, layer.rotary_base)
         v = split_heads(layer.value_proj(x), layer.num_kv_heads)
         scale = 1.0 / math.sqrt(layer.head_dim)
-        weights = _differential_weights(_pairs(q), _pairs(k), lam, scale)  # (B, H/2, T, T)
+        weights = _differential_weights(_pairs(q), _pairs(k), lam, scale)  # (B, H/2, T, T), rows summing to 1 - lambda
         heads = _read(weights, _pairs(v))
         heads = functional.rms_norm(heads, (2 * layer.head_dim,), eps=layer.eps) * (1 - layer.lambda_init)
-        self.seen = {"weights": weights, "largest_logit": _causal_scores(q, k, scale).amax().item(),
-                     "sink_share": None, "gate_mean": None}
+        self.seen = {"weights": weights / (1 - lam), "largest_logit": _causal_scores(q, k, scale).amax().item(),
+                     "sink_share": None, "gate_mean": None, "lambda": lam.item()}
         return layer.out_proj(heads.transpose(1, 2).reshape(batch, length, -1))
 
 
@@ -153,8 +181,8 @@ def build(arm, settings, vocab_size, seed):
     ratio = GATE_MLP_RATIO if arm == "gate" else MLP_RATIO
     model = AustenLM(vocab_size, settings["context_length"], settings["embed_dim"], settings["num_heads"],
                      settings["num_layers"], mlp_ratio=ratio)
-    for block in model.blocks:
-        block.attention = SwitchedAttention(arm, settings["embed_dim"], settings["num_heads"])
+    for index, block in enumerate(model.blocks):
+        block.attention = SwitchedAttention(arm, settings["embed_dim"], settings["num_heads"], index)
     torch.manual_seed(seed)
     model.apply(_initialise)  # GPT-2's start for every layer, the new ones included
     return model
@@ -180,7 +208,7 @@ def watch(model, tokens):
     FROM_POSITION on), largest logit, largest |residual| after the block, first position's norm / median norm,
     sink share and gate mean."""
     found = {name: [] for name in ("first_token_weight", "largest_logit", "largest_activation",
-                                   "first_position_norm_ratio", "sink_share", "gate_mean")}
+                                   "first_position_norm_ratio", "sink_share", "gate_mean", "lambda")}
     x = model.token_embedding(tokens)
     for block in model.blocks:
         block.attention.watch = True
@@ -197,7 +225,8 @@ def watch(model, tokens):
         found["first_position_norm_ratio"].append(round((norms[:, 0] / norms[:, 1:].median(dim=1).values).mean().item(), 3))
         found["sink_share"].append(None if seen["sink_share"] is None else round(seen["sink_share"], 4))
         found["gate_mean"].append(None if seen["gate_mean"] is None else round(seen["gate_mean"], 4))
-    for name in ("sink_share", "gate_mean"):
+        found["lambda"].append(None if seen["lambda"] is None else round(seen["lambda"], 4))
+    for name in ("sink_share", "gate_mean", "lambda"):
         if all(value is None for value in found[name]):
             found[name] = None
     return found
@@ -217,11 +246,12 @@ def train_arm(arm, seed, settings, data, bos=None):
     if bos is not None:
         inputs = _with_bos(inputs, bos)
     probe = inputs[:settings["probe_windows"]]
-    checkpoints = {"step": [], "first_token_weight": [], "largest_logit": []}
+    checkpoints = {"step": [], "held_out_loss": [], "first_token_weight": [], "largest_logit": [], "sink_share": [],
+                   "gate_mean": []}
     model.train()
     for step in range(settings["steps"]):
         if step % settings["checkpoint_every"] == 0:
-            _checkpoint(model, probe, step, checkpoints)
+            _checkpoint(model, probe, step, checkpoints, (inputs, targets))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(step, config)
         batch, batch_targets = random_batch(train_tokens, settings["batch_size"], settings["context_length"], generator)
@@ -232,7 +262,10 @@ def train_arm(arm, seed, settings, data, bos=None):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-    _checkpoint(model, probe, settings["steps"], checkpoints)
+    _checkpoint(model, probe, settings["steps"], checkpoints, (inputs, targets))
+    for name in ("sink_share", "gate_mean"):
+        if all(value is None for value in checkpoints[name]):
+            checkpoints[name] = None
     model.eval()
     final = watch(model, probe)
     return {"held_out_loss": round(mean_loss(model, inputs, targets), 4), "checkpoints": checkpoints, **final,
@@ -241,104 +274,27 @@ def train_arm(arm, seed, settings, data, bos=None):
             "seconds": round(time.perf_counter() - started, 1)}
 
 
-def _checkpoint(model, probe, step, checkpoints):
+def _checkpoint(model, probe, step, checkpoints, held_out):
+    from attn.models.lm_training import mean_loss
+
     was_training = model.training
     model.eval()
     seen = watch(model, probe)
+    with torch.no_grad():
+        loss = mean_loss(model, *held_out)
     model.train(was_training)
     checkpoints["step"].append(step)
+    checkpoints["held_out_loss"].append(round(loss, 4))
+    checkpoints["sink_share"].append(seen["sink_share"])
+    checkpoints["gate_mean"].append(seen["gate_mean"])
     checkpoints["first_token_weight"].append([round(sum(heads) / len(heads), 4) for heads in seen["first_token_weight"]])
     checkpoints["largest_logit"].append(seen["largest_logit"])
 
 
 def _gathered(results):
     names = ("held_out_loss", "checkpoints", "first_token_weight", "largest_logit", "largest_activation",
-             "first_position_norm_ratio", "sink_share", "gate_mean", "sink_formed", "seconds")
+             "first_position_norm_ratio", "sink_share", "gate_mean", "lambda", "sink_formed", "seconds")
     return {name: [result[name] for result in results] for name in names}
-
-
-def _summary(run, metric):
-    """One number per seed: the loss, the largest head's first-token weight, the largest layer's logit or activation."""
-    if metric == "held_out_loss":
-        return run[metric]
-    if metric == "first_token_weight":
-        return [max(max(heads) for heads in layers) for layers in run[metric]]
-    return [max(layers) for layers in run[metric]]
-
-
-def words(mean, low, high):
-    """An interval of arm - softmax in words."""
-    if low > 0:
-        return "higher than softmax"
-    if high < 0:
-        return "lower than softmax"
-    return "not distinguishable from softmax"
-
-
-CLAIMS = {"held_out_loss": "a lower held-out loss than softmax", "first_token_weight": "no sink (less first-token weight "
-          "than softmax)", "largest_activation": "no massive activations (a smaller largest activation than softmax)"}
-
-
-def verdict(interval):
-    """A claim that the arm's number is lower than softmax's, judged by the interval of arm - softmax."""
-    if interval["high"] < 0:
-        return "held"
-    if interval["low"] > 0:
-        return "not held"
-    return "not distinguishable"
-
-
-NOT_TESTABLE = "not testable: the softmax baseline formed no sink"
-
-
-def claims(found, baseline_sink):
-    """{arm: {metric: verdict}} for CLAIMS; the no-sink claim is not testable where the baseline formed no sink."""
-    return {arm: {metric: NOT_TESTABLE if metric == "first_token_weight" and not baseline_sink else verdict(by[metric])
-                  for metric in CLAIMS} for arm, by in found.items()}
-
-
-def intervals(runs):
-    found = {}
-    for arm, run in runs.items():
-        if arm == "softmax":
-            continue
-        found[arm] = {}
-        for metric in INTERVAL_METRICS:
-            mean, low, high = paired_interval(_summary(run, metric), _summary(runs["softmax"], metric))
-            found[arm][metric] = {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
-                                  "words": words(mean, low, high)}
-    return found
-
-
-def _text(record):
-    lines = [f"The model is lesson 13's scaled down so that one run takes about 25 seconds of one thread "
-             "(the brief's 2 minutes did not fit the session's shared CPU): "
-             f"embedding {record['settings']['embed_dim']}, {record['settings']['num_layers']} layers, "
-             f"{record['settings']['num_heads']} heads, context {record['settings']['context_length']}, "
-             f"{record['settings']['steps']} steps; parameters equal within {record['parameter_spread']:.2%} "
-             f"(the gate arm's MLP narrowed to {GATE_MLP_RATIO} E)."]
-    for arm, found in record["intervals"].items():
-        lines.append(f"{arm}: held-out loss {found['held_out_loss']['words']}; first-token weight (largest head) "
-                     f"{found['first_token_weight']['words']}; largest logit {found['largest_logit']['words']}; largest "
-                     f"residual activation {found['largest_activation']['words']}. Claims: "
-                     + "; ".join(f"{claim}: {record['claims'][arm][metric]}" for metric, claim in CLAIMS.items()) + ".")
-    if "differential" in record["intervals"]:
-        lines.append("Differential attention's first-token weight is that of its combined map A1 - lambda A2, whose rows "
-                     "sum to 1 - lambda, not 1: lower than softmax's partly for that reason alone.")
-    formed = {arm: sum(run["sink_formed"]) for arm, run in record["runs"].items()}
-    lines.append("Seeds whose model formed a sink (a head with at least "
-                 f"{SINK_WEIGHT} of its weight on the first token): "
-                 + ", ".join(f"{arm} {count} of {len(record['runs'][arm]['sink_formed'])}" for arm, count in formed.items())
-                 + ".")
-    if record["variant"] is not None:
-        count = sum(record["variant"]["runs"]["softmax"]["sink_formed"])
-        lines.append(f"The softmax baseline formed no sink, so it was trained again with {record['variant']['what']}: "
-                     f"{count} of {len(record['variant']['runs']['softmax']['sink_formed'])} seeds formed one.")
-        if "longer" in record["variant"]:
-            longer = record["variant"]["longer"]
-            count = sum(longer["runs"]["softmax"]["sink_formed"])
-            lines.append(f"Then with {longer['what']}: {count} of {len(longer['runs']['softmax']['sink_formed'])} formed one.")
-    return lines
 
 
 def _settings(size):
@@ -369,6 +325,13 @@ def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
     started = time.perf_counter()
     data = load_data() if data is None else data
     progress(f"[{time.perf_counter() - started:5.0f} s] corpus tokenised: {len(data[0]):,} training tokens")
+    from attn.models.lm_training import held_out_windows
+    from attn.models.ngram import add_k_baseline
+
+    baseline = add_k_baseline(data[0], *held_out_windows(data[1], settings["context_length"], settings["eval_windows"]),
+                              data[2])
+    progress(f"[{time.perf_counter() - started:5.0f} s] count baseline: unigram {baseline['unigram']}, add-{baseline['k']} "
+             f"bigram {baseline['bigram']}")
     runs, parameters = {}, {}
     for arm in arms:
         results = []
@@ -379,9 +342,12 @@ def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
         runs[arm], parameters[arm] = _gathered(results), results[0]["parameters"]
     record = {"size": size, "settings": settings, "arms": {arm: ARMS[arm] for arm in arms}, "parameters": parameters,
               "parameter_spread": round(max(abs(count / parameters["softmax"] - 1) for count in parameters.values()), 5),
-              "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, "runs": runs,
+              "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, **even_rows(settings["context_length"]),
+              "massive_ratio": MASSIVE_RATIO, "baseline": baseline, "runs": runs,
               "intervals": intervals(runs), "variant": None}
-    record["claims"] = claims(record["intervals"], any(runs["softmax"]["sink_formed"]))
+    record["claims"] = claims(record["intervals"], any(runs["softmax"]["sink_formed"]), settings["steps"],
+                              massive(runs["softmax"]))
+    record["bonferroni"] = bonferroni(runs)
     if not any(runs["softmax"]["sink_formed"]):
         bos = data[2]
         results = []
@@ -389,7 +355,7 @@ def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
             results.append(train_arm("softmax", seed, settings, data, bos=bos))
             progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text seed {seed}: first-token "
                      f"weight {results[-1]['first_token_weight']}")
-        record["variant"] = {"what": "a beginning-of-text token (id V, one more embedding row) at position 0 of every "
+        record["variant"] = {"what": "a beginning-of-text token (a new token id, one more embedding row) at position 0 of every "
                                      "window, the same steps and context", "runs": {"softmax": _gathered(results)}}
         if not any(record["variant"]["runs"]["softmax"]["sink_formed"]):
             longer = {**settings, **settings["longer"]}
@@ -415,7 +381,7 @@ DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output g
 
 
 def main(argv=None):
-    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 13 minutes", "tiny": "seconds"},
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 15 minutes", "tiny": "seconds"},
                                 run, argv)
     print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
 

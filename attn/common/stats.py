@@ -66,6 +66,11 @@ def t_quantile_at(probability, degrees):
     """Student's t quantile (probability in (0.5, 1), degrees >= 1) by bisection on the distribution's integral
     (Simpson's rule on the density): for intervals beyond t_quantile's 0.975
     (a Bonferroni-adjusted family, say)."""
+    if not isinstance(probability, numbers.Real) or isinstance(probability, bool) or not 0.5 < probability < 1:
+        raise ValueError(f"probability must be a number strictly between 0.5 and 1, got {type_name(probability)} "
+                         f"{probability!r:.60}")
+    degrees = positive_int("degrees", degrees)
+
     def density(x):
         return math.exp(math.lgamma((degrees + 1) / 2) - math.lgamma(degrees / 2)
                         - 0.5 * math.log(degrees * math.pi) - (degrees + 1) / 2 * math.log1p(x * x / degrees))

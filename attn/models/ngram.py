@@ -255,6 +255,20 @@ def baseline_log(train_tokens, held_out_tokens, config, vocab_size):
 def add_k_baseline(train_tokens, held_out_inputs, held_out_targets, vocab_size, ks=ADD_K_VALUES):
     """The unigram and add-k bigram losses (nats a token) on held-out (inputs, targets) (W, T), with counts from
     ``train_tokens`` (N,); k is chosen on the last tenth of the training tokens with counts from the rest."""
+    vocab_size = positive_int("vocab_size", vocab_size)
+    check_allocation("the bigram table", vocab_size * vocab_size * 8)
+    check_tokens("train_tokens", train_tokens, vocab_size, minimum=20)
+    for name, tokens in (("held_out_inputs", held_out_inputs), ("held_out_targets", held_out_targets)):
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor of token ids (W, T), got {type_name(tokens)}")
+        check_tokens(name, tokens.flatten(), vocab_size, minimum=1)
+    if held_out_inputs.shape != held_out_targets.shape:
+        raise ValueError(f"held_out_inputs {tuple(held_out_inputs.shape)} and held_out_targets "
+                         f"{tuple(held_out_targets.shape)} must have the same shape")
+    if not isinstance(ks, tuple | list) or not ks or not all(
+            isinstance(k, int | float) and not isinstance(k, bool) and math.isfinite(k) and k > 0 for k in ks):
+        raise ValueError(f"ks must be a non-empty list of positive numbers (the add-k values tried), got {ks!r:.60}")
+
     def counts(tokens):
         pairs = torch.bincount(tokens[:-1] * vocab_size + tokens[1:], minlength=vocab_size * vocab_size)
         return pairs.view(vocab_size, vocab_size).double()

@@ -248,20 +248,23 @@ def run(out, size="full", progress=print):
 
 def _seed_runs(seed, data, settings, progress=print):
     """Every arm trained with ``seed`` and read: a list of run summaries, in the order of ARMS."""
+    return [_arm_run(arm, seed, data, settings, progress) for arm in ARMS]
+
+
+def _arm_run(arm, seed, data, settings, progress=print):
+    """One run: ``arm`` trained with ``seed`` and, for a ViT, read; its summary (a dict). Runs are independent: each
+    seeds its own weights and batches, so any subset of them can be run apart and gives the same summaries."""
     test_images, test_labels = data["test"]
-    runs = []
-    for arm in ARMS:
-        model, summary = _train(arm, seed, data, settings, progress)
-        if arm in VIT_ARMS:
-            count = settings["canvas_count"]
-            summary["canvas_accuracy"] = _canvas_accuracy(model, test_images[:count], test_labels[:count])
-            summary.update(_read_vit(model, test_images[:settings["analysis_count"]]))
-            with torch.no_grad():
-                _, weights = model(test_images[:settings["rollout_count"]], need_weights=True)
-            rollout = attention_rollout(weights)[:, 0, 1 + model.registers:]  # (R, 16): class token over patches
-            summary["rollout"] = [[round(value, 4) for value in row] for row in rollout.tolist()]
-        runs.append(summary)
-    return runs
+    model, summary = _train(arm, seed, data, settings, progress)
+    if arm in VIT_ARMS:
+        count = settings["canvas_count"]
+        summary["canvas_accuracy"] = _canvas_accuracy(model, test_images[:count], test_labels[:count])
+        summary.update(_read_vit(model, test_images[:settings["analysis_count"]]))
+        with torch.no_grad():
+            _, weights = model(test_images[:settings["rollout_count"]], need_weights=True)
+        rollout = attention_rollout(weights)[:, 0, 1 + model.registers:]  # (R, 16): class token over patches
+        summary["rollout"] = [[round(value, 4) for value in row] for row in rollout.tolist()]
+    return summary
 
 
 def _record(runs, settings, size):

@@ -278,11 +278,11 @@ def _record(runs, settings, size):
         "text": ("Fashion-MNIST from Debian's dataset-fashion-mnist. Each run trains until its validation accuracy "
                  "stops rising (the stopping rule above), at a constant learning rate (AdamW, no warm-up and no "
                  "decay, so that a schedule cannot end a run); the step limit is a guard, set so that the whole "
-                 "record fits in about 45 minutes of one CPU thread (a ViT step of 64 pictures takes about 0.03 CPU "
+                 "record fits in about 45 minutes of one CPU thread (a ViT step of 64 pictures takes 0.03 to 0.05 CPU "
                  "seconds; 7 x 7 patches make a 4 x 4 grid). The validation pictures were raised to 5,000 so that "
                  "the rule is not ended by a lucky measurement. "
-                 f"{stopped} of the {len(runs)} runs were ended by the rule, the others by the limit (each run's "
-                 f"'stopped'); training took {minutes:.0f} CPU minutes in all (each run's 'cpu_seconds').")}
+                 f"{stopped} of the {len(runs)} runs were ended by the rule and {len(runs) - stopped} by the step limit "
+                 f"(each run's 'stopped'); training took {minutes:.0f} CPU minutes in all (each run's 'cpu_seconds').")}
 
 
 def _comparisons(runs, seeds):

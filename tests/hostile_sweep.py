@@ -118,6 +118,13 @@ EXEMPT = {
     "attn.experiments.smollm2_length, swept); it checks size, out and progress before loading anything",
     "attn.experiments.smollm2_sparse.run": "reads SmolLM2 through top-k attention and trains indexers for minutes (python -m "
     "attn.experiments.smollm2_sparse, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.sink_recall.run": "trains 75 recall models for minutes (python -m attn.experiments.sink_recall; "
+                                        "its command line is swept, and run checks out and size first)",
+    "attn.experiments.sink_austen.run": "trains small Austen models for minutes (python -m attn.experiments.sink_austen; "
+                                        "its command line is swept, and run checks out and size first)",
+    "attn.experiments.smollm2_sinks.run": "reads SmolLM2 on twelve passages for minutes (python -m "
+                                          "attn.experiments.smollm2_sinks; its command line is swept, and run checks out "
+                                          "first)",
     "attn.experiments.compressed_caches.run": "reads SmolLM2 through 28 compressed caches for minutes (python -m "
     "attn.experiments.compressed_caches, swept); it checks size, out and progress before loading anything",
     "attn.experiments.decode_speed.run": "times SmolLM2 and transformers decoding for minutes (python -m "

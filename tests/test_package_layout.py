@@ -158,6 +158,7 @@ EXPERIMENT_SUPPORT = {
     "records": "writes every command's record with its provenance",
     "smollm2_reading_checks": "smollm2_reading's argument checks",
     "topk_reading": "smollm2_sparse's measures",
+    "sink_austen_words": "sink_austen's definitions, interval and claim words, Bonferroni family and text",
 }
 
 

@@ -60,3 +60,27 @@ def _check_interval(mean, low, high):
             raise ValueError(f"{name} must be a finite number (paired_interval gives mean, low, high), got {value!r}")
     if not low <= mean <= high:
         raise ValueError(f"an interval has low <= mean <= high, got mean {mean!r}, low {low!r}, high {high!r}")
+
+
+def t_quantile_at(probability, degrees):
+    """Student's t quantile (probability in (0.5, 1), degrees >= 1) by bisection on the distribution's integral
+    (Simpson's rule on the density): for intervals beyond t_quantile's 0.975
+    (a Bonferroni-adjusted family, say)."""
+    if not isinstance(probability, numbers.Real) or isinstance(probability, bool) or not 0.5 < probability < 1:
+        raise ValueError(f"probability must be a number strictly between 0.5 and 1, got {type_name(probability)} "
+                         f"{probability!r:.60}")
+    degrees = positive_int("degrees", degrees)
+
+    def density(x):
+        return math.exp(math.lgamma((degrees + 1) / 2) - math.lgamma(degrees / 2)
+                        - 0.5 * math.log(degrees * math.pi) - (degrees + 1) / 2 * math.log1p(x * x / degrees))
+
+    def below(t, n=2000):  # P(0 < X < t)
+        h = t / n
+        return h / 3 * (density(0) + density(t) + sum((4 if i % 2 else 2) * density(i * h) for i in range(1, n)))
+
+    low, high = 0.0, 1000.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if 0.5 + below(middle) < probability else (low, middle)
+    return (low + high) / 2

@@ -1,6 +1,6 @@
 """Lesson 13's Austen model, scaled down, with each design of lesson 22 in place of its attention (lesson 22).
 
-    python -m attn.experiments.sink_austen --out lessons/records     # about 13 minutes, one thread
+    python -m attn.experiments.sink_austen --out lessons/records     # about 15 minutes, one thread
     python -m attn.experiments.sink_austen --out DIR --size tiny     # seconds (needs the corpus)
 
 Lesson 13's recipe (attn.models.lm: tied embeddings, pre-norm blocks, rotary positions, AdamW with warm-up
@@ -13,16 +13,28 @@ of one thread for all 18 runs, so both the context and the steps were cut: these
 Every arm is the same AustenLM with each block's attention replaced by one layer with one switch changed
 (``ARMS``): attn.gates.GatedAttention as plain softmax, with the output gate, with a learned sink logit per
 head, or with QK-norm; and attn.gates.DifferentialAttention (its H heads pair into H/2 differential heads of
-the same parameters). The gate's query projection is twice as wide (E^2 more weights a layer), so the gate
-arm's MLP is narrowed from 4 E to 3.5 E hidden features, which takes as many away; every arm's parameter count
-is in the record and within 1% of softmax's.
+the same parameters), with DiffLlama's per-layer lambda_init = 0.8 - 0.6 exp(-0.3 l) (transformers'
+lambda_init_fn, l the 0-based layer index passed to each layer: 0.2 and about 0.36 for two layers). The gate's
+query projection is twice as wide (E^2 more weights a layer), so the gate arm's MLP is narrowed from 4 E to 3.5 E
+hidden features, which takes as many away: the gate arm changes two things (a confound, said in the record's
+text); every arm's parameter count is in the record and within 1% of softmax's.
 
 Measured for each arm and seed: the held-out loss (Persuasion); at checkpoints during training, the mean
 weight each layer's queries (positions FROM_POSITION onward) give the first token and the largest attention
 logit by layer, on PROBE held-out windows; at the end, the same by layer and head, the largest residual
 activation (max |x| of the stream after each block) and the first position's residual norm over the median
-position's, by layer. The sink arm's weight sent to its sink logit and the gate's mean opening are recorded too.
-Differential attention's first-token weight is that of its combined map A1 - lambda A2.
+position's, by layer. The sink arm's weight sent to its sink logit and the gate's mean opening are recorded too,
+at every checkpoint as well as the held-out loss (the loss curve). Differential attention's first-token weight is
+that of its combined map A1 - lambda A2 divided by its row sum 1 - lambda (rows of the combined map sum to
+1 - lambda, not 1), so that it compares with the others'; its lambda per layer is recorded.
+
+Beside the losses: a count-based baseline with the same tokenizer, the unigram and the add-k bigram (counts from
+the training novels, k chosen from BIGRAM_KS on the last tenth of them), scored on the same held-out windows.
+The claims' words: "lower after N steps, early in training", "higher after ...", "not distinguishable after ...";
+never "held": these models are too young to test a paper's claim about trained models. A claim is "not testable"
+where the softmax baseline lacks the thing removed (no sink: no head at SINK_WEIGHT; no massive activation: the
+first position's norm never MASSIVE_RATIO times the median's). With few seeds, the loss comparisons (one per arm)
+are a family: their Bonferroni-adjusted intervals are given too.
 
 A sink "formed" when some head gives the first token at least SINK_WEIGHT of its weight on average. If the
 softmax baseline forms none, the command trains the softmax model again with the variant that makes a sink
@@ -33,8 +45,13 @@ The record, ``sink_austen.json`` (schema):
 
 - ``size``, ``settings``, ``arms`` (each arm's layer options), ``parameters`` {arm: count},
   ``parameter_spread`` (largest |count / softmax's - 1|), ``sink_weight`` (the threshold), ``text``;
+- ``from_position``, ``even_spread`` (the first-token weight of even rows over those queries: mean of 1 / (i + 1)),
+  ``even_sink_share`` (a sink logit of 0 on even rows: mean of 1 / (i + 2) over every query), ``massive_ratio``;
+- ``baseline``: {``unigram``, ``bigram``, ``k``, ``on``} (nats a token on the held-out windows);
 - ``runs[arm]``: lists with one entry per seed: ``held_out_loss``; ``checkpoints`` {``step``: [...],
-  ``first_token_weight``: [[per layer] per checkpoint], ``largest_logit``: [[per layer] per checkpoint]} per seed;
+  ``held_out_loss``: [per checkpoint], ``first_token_weight``: [[per layer] per checkpoint], ``largest_logit``:
+  [[per layer] per checkpoint], ``sink_share``, ``gate_mean`` ([[per layer] per checkpoint] or null)} per seed;
+  ``lambda`` [layer] (differential; else null);
   ``first_token_weight`` (final, [layer][head]), ``largest_logit`` [layer], ``largest_activation`` [layer],
   ``first_position_norm_ratio`` [layer], ``sink_share`` [layer] (sink arm; else null), ``gate_mean`` [layer]
   (gate arm; else null), ``sink_formed`` (bool), ``seconds``;
@@ -42,7 +59,8 @@ The record, ``sink_austen.json`` (schema):
   ``held_out_loss``, ``first_token_weight`` (the largest head's), ``largest_logit`` and ``largest_activation``
   (their largest layer), each {"mean", "low", "high", "words"}; ``claims[arm]``: for the papers' claims (lower
   loss, no sink, no massive activations: ``CLAIMS``) "held" (interval below 0), "not held" (above) or "not
-  distinguishable"; the no-sink claim is NOT_TESTABLE where no softmax seed formed a sink;
+  distinguishable" after N steps, or "not testable: ..." (see above); ``bonferroni``: {``family`` (the number of
+  loss comparisons), ``level``, ``held_out_loss``: {arm: {mean, low, high, words}}};
 - ``variant``: null if the baseline formed a sink, else {"what", "runs": {"softmax": as runs}}, and if that formed
   none either, ``longer``: {"what", "settings" (SIZES[size]["longer"]), "runs": {"softmax": as runs}}: the
   beginning-of-text token with a longer context and more steps;
@@ -56,10 +74,22 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from attn.common.stats import paired_interval
-from attn.common.validate import require_callable, type_name
-from attn.experiments.records import sized_command, write_record
-from attn.experiments.sink_recall import words  # an interval of arm - softmax in words
+from attn.common.validate import require_callable
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
+from attn.experiments.sink_austen_words import (
+    FROM_POSITION,
+    GATE_MLP_RATIO,
+    MASSIVE_RATIO,
+    MLP_RATIO,
+    SINK_WEIGHT,
+    _bonferroni,
+    _claims,
+    _even_rows,
+    _intervals,
+    _lambda_init,
+    _massive,
+    _text,
+)
 from attn.gates import DifferentialAttention, GatedAttention
 from attn.gates.functional import _causal_scores, _differential_weights, _read
 from attn.gates.layers import _pairs
@@ -85,23 +115,20 @@ SIZES = {
              "probe_windows": 2, "eval_windows": 4, "longer": {"context_length": 32, "steps": 8, "checkpoint_every": 4,
                                                          "seeds": 1}},
 }
-MLP_RATIO, GATE_MLP_RATIO = 4, 3.5  # the gate's doubled query projection paid for by a narrower MLP
-FROM_POSITION = 16  # first-token weight: queries from here on (the first ones have few keys to choose from)
-SINK_WEIGHT = 0.3  # a head with at least this mean weight on the first token is a sink
-INTERVAL_METRICS = ("held_out_loss", "first_token_weight", "largest_logit", "largest_activation")
 
 
-class SwitchedAttention(nn.Module):
-    """One of ARMS as a TransformerBlock's attention: self-attention on ``query`` (the block passes the same
+class _SwitchedAttention(nn.Module):
+    """One of ARMS as a TransformerBlock's attention (``layer_index``, from 0, sets differential attention's
+    lambda_init by DiffLlama's schedule): self-attention on ``query`` (the block passes the same
     normed x three times), causal, without caches or masks. With ``watch`` set it keeps its last weights
     (B, H', T, T), largest logit, sink share and gate opening in ``seen``."""
 
-    def __init__(self, arm, embed_dim, num_heads):
+    def __init__(self, arm, embed_dim, num_heads, layer_index=0):
         super().__init__()
         options = dict(ARMS[arm])
         self.arm, self.embed_dim, self.num_heads, self.watch, self.seen = arm, embed_dim, num_heads, False, {}
         if options.pop("layer") == "DifferentialAttention":
-            self.layer = DifferentialAttention(embed_dim, num_heads)
+            self.layer = DifferentialAttention(embed_dim, num_heads, lambda_init=_lambda_init(layer_index))
         else:
             self.layer = GatedAttention(embed_dim, num_heads, **options)
 
@@ -125,7 +152,7 @@ class SwitchedAttention(nn.Module):
         heads = _read(weights, v).transpose(1, 2)  # (B, T, H, d)
         if gate is not None:
             heads = heads * torch.sigmoid(gate)
-        self.seen = {"weights": weights, "largest_logit": scores.amax().item(),
+        self.seen = {"weights": weights, "largest_logit": scores.amax().item(), "lambda": None,
                      "sink_share": (1 - weights.sum(dim=-1)).mean().item() if layer.normalize == "sink" else None,
                      "gate_mean": torch.sigmoid(gate).mean().item() if gate is not None else None}
         return layer.out_proj(heads.flatten(2))
@@ -138,15 +165,15 @@ class SwitchedAttention(nn.Module):
         k = apply_rotary(split_heads(layer.key_proj(x), layer.num_kv_heads), None, layer.rotary_base)
         v = split_heads(layer.value_proj(x), layer.num_kv_heads)
         scale = 1.0 / math.sqrt(layer.head_dim)
-        weights = _differential_weights(_pairs(q), _pairs(k), lam, scale)  # (B, H/2, T, T)
+        weights = _differential_weights(_pairs(q), _pairs(k), lam, scale)  # (B, H/2, T, T), rows summing to 1 - lambda
         heads = _read(weights, _pairs(v))
         heads = functional.rms_norm(heads, (2 * layer.head_dim,), eps=layer.eps) * (1 - layer.lambda_init)
-        self.seen = {"weights": weights, "largest_logit": _causal_scores(q, k, scale).amax().item(),
-                     "sink_share": None, "gate_mean": None}
+        self.seen = {"weights": weights / (1 - lam), "largest_logit": _causal_scores(q, k, scale).amax().item(),
+                     "sink_share": None, "gate_mean": None, "lambda": lam.item()}
         return layer.out_proj(heads.transpose(1, 2).reshape(batch, length, -1))
 
 
-def build(arm, settings, vocab_size, seed):
+def _build(arm, settings, vocab_size, seed):
     """An AustenLM of the size's settings with every block's attention a SwitchedAttention of ``arm``, seeded."""
     from attn.models.lm import AustenLM, _initialise
 
@@ -154,8 +181,8 @@ def build(arm, settings, vocab_size, seed):
     ratio = GATE_MLP_RATIO if arm == "gate" else MLP_RATIO
     model = AustenLM(vocab_size, settings["context_length"], settings["embed_dim"], settings["num_heads"],
                      settings["num_layers"], mlp_ratio=ratio)
-    for block in model.blocks:
-        block.attention = SwitchedAttention(arm, settings["embed_dim"], settings["num_heads"])
+    for index, block in enumerate(model.blocks):
+        block.attention = _SwitchedAttention(arm, settings["embed_dim"], settings["num_heads"], index)
     torch.manual_seed(seed)
     model.apply(_initialise)  # GPT-2's start for every layer, the new ones included
     return model
@@ -176,12 +203,12 @@ def _with_bos(windows, bos):
 
 
 @torch.no_grad()
-def watch(model, tokens):
+def _watch(model, tokens):
     """Run ``model`` on tokens (B, T) watching every layer: per layer the first-token weight [head] (queries from
     FROM_POSITION on), largest logit, largest |residual| after the block, first position's norm / median norm,
     sink share and gate mean."""
     found = {name: [] for name in ("first_token_weight", "largest_logit", "largest_activation",
-                                   "first_position_norm_ratio", "sink_share", "gate_mean")}
+                                   "first_position_norm_ratio", "sink_share", "gate_mean", "lambda")}
     x = model.token_embedding(tokens)
     for block in model.blocks:
         block.attention.watch = True
@@ -198,19 +225,20 @@ def watch(model, tokens):
         found["first_position_norm_ratio"].append(round((norms[:, 0] / norms[:, 1:].median(dim=1).values).mean().item(), 3))
         found["sink_share"].append(None if seen["sink_share"] is None else round(seen["sink_share"], 4))
         found["gate_mean"].append(None if seen["gate_mean"] is None else round(seen["gate_mean"], 4))
-    for name in ("sink_share", "gate_mean"):
+        found["lambda"].append(None if seen["lambda"] is None else round(seen["lambda"], 4))
+    for name in ("sink_share", "gate_mean", "lambda"):
         if all(value is None for value in found[name]):
             found[name] = None
     return found
 
 
-def train_arm(arm, seed, settings, data, bos=None):
+def _train_arm(arm, seed, settings, data, bos=None):
     """Train one arm with one seed on ``data`` (training tokens, held-out tokens, vocabulary size); its measurements."""
     from attn.models.lm_training import held_out_windows, learning_rate_at, make_optimizer, mean_loss, random_batch
 
     train_tokens, held_out, vocab_size = data
     started = time.perf_counter()
-    model = build(arm, settings, vocab_size + (bos is not None), seed)
+    model = _build(arm, settings, vocab_size + (bos is not None), seed)
     config = _config(settings, vocab_size)
     optimizer = make_optimizer(model, config)
     generator = torch.Generator().manual_seed(seed)
@@ -218,11 +246,12 @@ def train_arm(arm, seed, settings, data, bos=None):
     if bos is not None:
         inputs = _with_bos(inputs, bos)
     probe = inputs[:settings["probe_windows"]]
-    checkpoints = {"step": [], "first_token_weight": [], "largest_logit": []}
+    checkpoints = {"step": [], "held_out_loss": [], "first_token_weight": [], "largest_logit": [], "sink_share": [],
+                   "gate_mean": []}
     model.train()
     for step in range(settings["steps"]):
         if step % settings["checkpoint_every"] == 0:
-            _checkpoint(model, probe, step, checkpoints)
+            _checkpoint(model, probe, step, checkpoints, (inputs, targets))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(step, config)
         batch, batch_targets = random_batch(train_tokens, settings["batch_size"], settings["context_length"], generator)
@@ -233,113 +262,43 @@ def train_arm(arm, seed, settings, data, bos=None):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-    _checkpoint(model, probe, settings["steps"], checkpoints)
+    _checkpoint(model, probe, settings["steps"], checkpoints, (inputs, targets))
+    for name in ("sink_share", "gate_mean"):
+        if all(value is None for value in checkpoints[name]):
+            checkpoints[name] = None
     model.eval()
-    final = watch(model, probe)
+    final = _watch(model, probe)
     return {"held_out_loss": round(mean_loss(model, inputs, targets), 4), "checkpoints": checkpoints, **final,
             "sink_formed": max(max(heads) for heads in final["first_token_weight"]) >= SINK_WEIGHT,
             "parameters": sum(parameter.numel() for parameter in model.parameters()),
             "seconds": round(time.perf_counter() - started, 1)}
 
 
-def _checkpoint(model, probe, step, checkpoints):
+def _checkpoint(model, probe, step, checkpoints, held_out):
+    from attn.models.lm_training import mean_loss
+
     was_training = model.training
     model.eval()
-    seen = watch(model, probe)
+    seen = _watch(model, probe)
+    with torch.no_grad():
+        loss = mean_loss(model, *held_out)
     model.train(was_training)
     checkpoints["step"].append(step)
+    checkpoints["held_out_loss"].append(round(loss, 4))
+    checkpoints["sink_share"].append(seen["sink_share"])
+    checkpoints["gate_mean"].append(seen["gate_mean"])
     checkpoints["first_token_weight"].append([round(sum(heads) / len(heads), 4) for heads in seen["first_token_weight"]])
     checkpoints["largest_logit"].append(seen["largest_logit"])
 
 
 def _gathered(results):
     names = ("held_out_loss", "checkpoints", "first_token_weight", "largest_logit", "largest_activation",
-             "first_position_norm_ratio", "sink_share", "gate_mean", "sink_formed", "seconds")
+             "first_position_norm_ratio", "sink_share", "gate_mean", "lambda", "sink_formed", "seconds")
     return {name: [result[name] for result in results] for name in names}
 
 
-def _summary(run, metric):
-    """One number per seed: the loss, the largest head's first-token weight, the largest layer's logit or activation."""
-    if metric == "held_out_loss":
-        return run[metric]
-    if metric == "first_token_weight":
-        return [max(max(heads) for heads in layers) for layers in run[metric]]
-    return [max(layers) for layers in run[metric]]
 
-
-CLAIMS = {"held_out_loss": "a lower held-out loss than softmax", "first_token_weight": "no sink (less first-token weight "
-          "than softmax)", "largest_activation": "no massive activations (a smaller largest activation than softmax)"}
-
-
-def verdict(interval):
-    """A claim that the arm's number is lower than softmax's, judged by the interval of arm - softmax."""
-    if interval["high"] < 0:
-        return "held"
-    if interval["low"] > 0:
-        return "not held"
-    return "not distinguishable"
-
-
-NOT_TESTABLE = "not testable: the softmax baseline formed no sink"
-
-
-def claims(found, baseline_sink):
-    """{arm: {metric: verdict}} for CLAIMS; the no-sink claim is not testable where the baseline formed no sink."""
-    return {arm: {metric: NOT_TESTABLE if metric == "first_token_weight" and not baseline_sink else verdict(by[metric])
-                  for metric in CLAIMS} for arm, by in found.items()}
-
-
-def intervals(runs):
-    found = {}
-    for arm, run in runs.items():
-        if arm == "softmax":
-            continue
-        found[arm] = {}
-        for metric in INTERVAL_METRICS:
-            mean, low, high = paired_interval(_summary(run, metric), _summary(runs["softmax"], metric))
-            found[arm][metric] = {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4),
-                                  "words": words(mean, low, high)}
-    return found
-
-
-def _text(record):
-    lines = [f"The model is lesson 13's scaled down so that one run takes about 25 seconds of one thread "
-             "(the brief's 2 minutes did not fit the session's shared CPU): "
-             f"embedding {record['settings']['embed_dim']}, {record['settings']['num_layers']} layers, "
-             f"{record['settings']['num_heads']} heads, context {record['settings']['context_length']}, "
-             f"{record['settings']['steps']} steps; parameters equal within {record['parameter_spread']:.2%} "
-             f"(the gate arm's MLP narrowed to {GATE_MLP_RATIO} E)."]
-    for arm, found in record["intervals"].items():
-        lines.append(f"{arm}: held-out loss {found['held_out_loss']['words']}; first-token weight (largest head) "
-                     f"{found['first_token_weight']['words']}; largest logit {found['largest_logit']['words']}; largest "
-                     f"residual activation {found['largest_activation']['words']}. Claims: "
-                     + "; ".join(f"{claim}: {record['claims'][arm][metric]}" for metric, claim in CLAIMS.items()) + ".")
-    if "differential" in record["intervals"]:
-        lines.append("Differential attention's first-token weight is that of its combined map A1 - lambda A2, whose rows "
-                     "sum to 1 - lambda, not 1: lower than softmax's partly for that reason alone.")
-    formed = {arm: sum(run["sink_formed"]) for arm, run in record["runs"].items()}
-    lines.append("Seeds whose model formed a sink (a head with at least "
-                 f"{SINK_WEIGHT} of its weight on the first token): "
-                 + ", ".join(f"{arm} {count} of {len(record['runs'][arm]['sink_formed'])}" for arm, count in formed.items())
-                 + ".")
-    if record["variant"] is not None:
-        count = sum(record["variant"]["runs"]["softmax"]["sink_formed"])
-        lines.append(f"The softmax baseline formed no sink, so it was trained again with {record['variant']['what']}: "
-                     f"{count} of {len(record['variant']['runs']['softmax']['sink_formed'])} seeds formed one.")
-        if "longer" in record["variant"]:
-            longer = record["variant"]["longer"]
-            count = sum(longer["runs"]["softmax"]["sink_formed"])
-            lines.append(f"Then with {longer['what']}: {count} of {len(longer['runs']['softmax']['sink_formed'])} formed one.")
-    return lines
-
-
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
-
-
-def load_data():
+def _load_data():
     """(training tokens, held-out tokens, vocabulary size) with lesson 13's shipped tokenizer."""
     from attn.data.corpus import austen
     from attn.data.tokenizer import Tokenizer
@@ -354,38 +313,48 @@ def load_data():
     return token_tensor(tokenizer, training_texts), token_tensor(tokenizer, [held_out_text]), tokenizer.vocab_size
 
 
-def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
+def _measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
     """Every arm over the size's seeds, and the variant if the softmax baseline formed no sink."""
-    settings = _settings(size)
+    settings = settings_for(SIZES, size)
     require_callable("progress", progress)
     started = time.perf_counter()
-    data = load_data() if data is None else data
+    data = _load_data() if data is None else data
     progress(f"[{time.perf_counter() - started:5.0f} s] corpus tokenised: {len(data[0]):,} training tokens")
+    from attn.models.lm_training import held_out_windows
+    from attn.models.ngram import add_k_baseline
+
+    baseline = add_k_baseline(data[0], *held_out_windows(data[1], settings["context_length"], settings["eval_windows"]),
+                              data[2])
+    progress(f"[{time.perf_counter() - started:5.0f} s] count baseline: unigram {baseline['unigram']}, add-{baseline['k']} "
+             f"bigram {baseline['bigram']}")
     runs, parameters = {}, {}
     for arm in arms:
         results = []
         for seed in range(settings["seeds"]):
-            results.append(train_arm(arm, seed, settings, data))
+            results.append(_train_arm(arm, seed, settings, data))
             progress(f"[{time.perf_counter() - started:5.0f} s] {arm:>12} seed {seed}: held-out loss "
                      f"{results[-1]['held_out_loss']}, first-token weight {results[-1]['first_token_weight']}")
         runs[arm], parameters[arm] = _gathered(results), results[0]["parameters"]
     record = {"size": size, "settings": settings, "arms": {arm: ARMS[arm] for arm in arms}, "parameters": parameters,
               "parameter_spread": round(max(abs(count / parameters["softmax"] - 1) for count in parameters.values()), 5),
-              "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, "runs": runs,
-              "intervals": intervals(runs), "variant": None}
-    record["claims"] = claims(record["intervals"], any(runs["softmax"]["sink_formed"]))
+              "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, **_even_rows(settings["context_length"]),
+              "massive_ratio": MASSIVE_RATIO, "baseline": baseline, "runs": runs,
+              "intervals": _intervals(runs), "variant": None}
+    record["claims"] = _claims(record["intervals"], any(runs["softmax"]["sink_formed"]), settings["steps"],
+                              _massive(runs["softmax"]))
+    record["bonferroni"] = _bonferroni(runs)
     if not any(runs["softmax"]["sink_formed"]):
         bos = data[2]
         results = []
         for seed in range(settings["seeds"]):
-            results.append(train_arm("softmax", seed, settings, data, bos=bos))
+            results.append(_train_arm("softmax", seed, settings, data, bos=bos))
             progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text seed {seed}: first-token "
                      f"weight {results[-1]['first_token_weight']}")
-        record["variant"] = {"what": "a beginning-of-text token (id V, one more embedding row) at position 0 of every "
+        record["variant"] = {"what": "a beginning-of-text token (a new token id, one more embedding row) at position 0 of every "
                                      "window, the same steps and context", "runs": {"softmax": _gathered(results)}}
         if not any(record["variant"]["runs"]["softmax"]["sink_formed"]):
             longer = {**settings, **settings["longer"]}
-            results = [train_arm("softmax", seed, longer, data, bos=bos) for seed in range(longer["seeds"])]
+            results = [_train_arm("softmax", seed, longer, data, bos=bos) for seed in range(longer["seeds"])]
             progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text, longer: first-token weight "
                      f"{results[-1]['first_token_weight']}")
             record["variant"]["longer"] = {
@@ -398,8 +367,10 @@ def measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
 
 
 def run(out, size="full", progress=print):
-    """Measure and write ``out``/RESULTS_NAME; returns the record."""
-    return write_record(out, RESULTS_NAME, measure(size, progress), COMMAND, size)
+    """Measure and write ``out``/RESULTS_NAME; returns the record. ``out`` and ``size`` are checked before any work."""
+    check_out(out)
+    settings_for(SIZES, size)
+    return write_record(out, RESULTS_NAME, _measure(size, progress), COMMAND, size)
 
 
 DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output gate, a sink logit, QK-norm and "
@@ -407,7 +378,7 @@ DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output g
 
 
 def main(argv=None):
-    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 13 minutes", "tiny": "seconds"},
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 15 minutes", "tiny": "seconds"},
                                 run, argv)
     print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
 

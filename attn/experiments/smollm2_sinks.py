@@ -16,9 +16,12 @@ position is whatever token the passage starts with), SmolLM2-135M (attn.pretrain
 - each head's largest attention logit (scaled q . k, rotary applied, over every causal pair) beside its mean
   weight on the first token (queries from FROM_POSITION on), and, for each QK-clip threshold in THRESHOLDS, the
   heads whose largest logit passes it and their mean first-token weight against the others';
-- the loss (nats a token, predictions from position 1 on) when the first position's residual after the writing
-  block is replaced by the mean residual of the other positions there, against the model untouched, and the same
-  replacement made at a middle position as a control; paired intervals over passages.
+- the loss (nats a token, predictions from position 1 on, the changed position's own prediction left out) when the
+  first position's residual after the writing block (i) is replaced by the mean residual of the other positions
+  there, (ii) is replaced by the first position's residual of another passage, (iii) is replaced by the others' mean
+  except the massive feature, which keeps its value, (iv) keeps everything but the massive feature, which is set to
+  the others' mean; against the model untouched, and (i) made at a middle position as a control (against the
+  untouched loss without that position's prediction); paired intervals over passages.
 
 The record, ``smollm2_sinks.json`` (schema):
 
@@ -27,16 +30,22 @@ The record, ``smollm2_sinks.json`` (schema):
   (means over passages), ``ratio_by_layer_by_passage`` [[L + 1] per passage], ``by_position_at_peak`` [T] (the
   mean norm at each position in the peak layer)}, index 0 the embeddings, index l the output of block l;
 - ``massive``: {``peak_layer`` (index as above), ``feature``, ``feature_share``, ``feature_value`` (mean over
-  passages at position 0), ``feature_median_others`` (median |value| at other positions), ``writer_block`` (block
-  number, 1-based as the layer index), ``writer_attention_norm``, ``writer_mlp_norm`` (the norm each part adds at
+  passages at position 0), ``feature_median_others`` (median |value| at other positions), ``other_features_median``
+  and ``other_features_largest`` (the other features' median and largest |value| at position 0, mean over passages),
+  ``writer_block`` (block number, 1-based as the residual index), ``writer_layer`` (the same block as the lesson
+  numbers layers, from 0: writer_block - 1), ``writer_attention_norm``, ``writer_mlp_norm`` (the norm each part adds at
   position 0, mean over passages), ``writer_mlp_norm_others`` (median over the other positions)};
 - ``short_key``: {``attention_input_ratio``, ``key_ratio``, ``value_ratio``} [L] each: position 0's norm over the
   other positions' median, by block (mean over passages and key/value heads);
 - ``heads``: {``largest_logit`` [L][H], ``first_token_weight`` [L][H], ``weights_check`` (largest difference
   between the softmax of these logits and the model's own weights)}; ``clip``: [{"threshold", "touched": [[layer,
   head], ...], "touched_first_token_weight", "others_first_token_weight"}];
-- ``replacement``: {``layer``, ``untouched`` [per passage], ``first_replaced`` [...], ``control_position``,
-  ``control_replaced`` [...], ``first_minus_untouched`` and ``control_minus_untouched``: {mean, low, high, words}};
+- ``replacement``: {``layer`` (1-based block), ``after_layer`` (0-based, as the lesson), ``feature``, ``untouched`` [per
+  passage], ``first_replaced``, ``first_swapped``, ``first_keep_feature``, ``first_feature_only`` [...],
+  ``control_position``, ``untouched_control`` [...] (untouched, the control position's prediction left out),
+  ``control_replaced`` [...], ``first_minus_untouched``, ``swapped_minus_untouched``, ``keep_feature_minus_untouched``,
+  ``feature_only_minus_untouched``, ``control_minus_untouched``: {mean, low, high, words} (paired 95%), ``excluded``,
+  ``donor`` (sentences)};
 - ``seconds``, ``provenance``.
 """
 
@@ -47,8 +56,8 @@ import torch
 from torch.nn import functional
 
 from attn.common.stats import paired_interval
-from attn.common.validate import require_callable, type_name
-from attn.experiments.records import sized_command, write_record
+from attn.common.validate import require_callable
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 
 RESULTS_NAME = "smollm2_sinks.json"
 COMMAND = "python -m attn.experiments.smollm2_sinks"
@@ -70,7 +79,7 @@ def _ratio(norms):
     return norms[..., 0] / norms[..., 1:].median(dim=-1).values
 
 
-def words(mean, low, high):
+def _words(mean, low, high):
     if low > 0:
         return "raises the loss"
     if high < 0:
@@ -79,7 +88,7 @@ def words(mean, low, high):
 
 
 @torch.no_grad()
-def read_passage(model, tokens):
+def _read_passage(model, tokens):
     """One passage (T,) read with hooks: residual streams (L + 1, T, E), attention inputs (L, T, E), what each
     block's attention and MLP add (L, T, E) each, logits by layer (L, H, T, T), the model's weights (L, H, T, T)."""
     blocks = model.blocks
@@ -113,16 +122,37 @@ def read_passage(model, tokens):
             "logits": torch.stack(logits), "weights": weights[:, 0]}
 
 
+ARMS = ("first_replaced", "first_swapped", "first_keep_feature", "first_feature_only")  # position 0's arms
+
+
 @torch.no_grad()
-def passage_loss(model, tokens, replace_at=None, position=0):
-    """Mean next-token loss of predictions from position 1 on; with ``replace_at`` (a block index), the residual of
-    ``position`` after that block is replaced by the mean of the other positions' residuals there."""
+def _passage_loss(model, tokens, replace_at=None, position=0, how="mean", feature=None, donor=None):
+    """Mean next-token loss of the predictions made from position 1 on, leaving out the one made at ``position``
+    (so that a replaced position's own prediction never counts, and the untouched loss it is compared with leaves
+    out the same one). With ``replace_at`` (a 0-based block index), ``position``'s residual after that block is
+    changed, ``how``:
+
+    - "mean": replaced by the mean of the other positions' residuals there;
+    - "swap": replaced by ``donor`` (E,), another passage's residual at the same position and block;
+    - "keep_feature": replaced by the others' mean except ``feature``, which keeps its own value;
+    - "feature_only": only ``feature`` set to the others' mean there, every other feature kept.
+    """
+    if how not in ("mean", "swap", "keep_feature", "feature_only"):
+        raise ValueError(f"how must be 'mean', 'swap', 'keep_feature' or 'feature_only', got {how!r:.60}")
     hook = None
     if replace_at is not None:
         def replace(module, args, out):
             out = out.clone()
-            others = torch.cat([out[:, :position], out[:, position + 1:]], dim=1)
-            out[:, position] = others.mean(dim=1)
+            others = torch.cat([out[:, :position], out[:, position + 1:]], dim=1).mean(dim=1)  # (1, E)
+            own = out[:, position].clone()
+            if how == "swap":
+                out[:, position] = donor
+            elif how == "feature_only":
+                out[:, position, feature] = others[:, feature]
+            else:
+                out[:, position] = others
+                if how == "keep_feature":
+                    out[:, position, feature] = own[:, feature]
             return out
         hook = model.blocks[replace_at].register_forward_hook(replace)
     try:
@@ -130,22 +160,27 @@ def passage_loss(model, tokens, replace_at=None, position=0):
     finally:
         if hook is not None:
             hook.remove()
-    return functional.cross_entropy(logits[1:-1], tokens[2:]).item()
+    losses = functional.cross_entropy(logits[:-1], tokens[1:], reduction="none")  # (T - 1,): the prediction at t
+    kept = torch.ones_like(losses, dtype=torch.bool)
+    kept[0] = False
+    if position < len(kept):
+        kept[position] = False
+    return losses[kept].mean().item()
 
 
 def _interval(a, b):
     mean, low, high = paired_interval(a, b)
-    return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4), "words": words(mean, low, high)}
+    return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4), "words": _words(mean, low, high)}
 
 
-def measure(model, passages, progress=print):
+def _measure(model, passages, progress=print):
     """Every measure on passages (N, T); the record without size, settings and provenance."""
     started = time.perf_counter()
     per = {name: [] for name in ("norms", "feature0", "attn_add", "mlp_add", "mlp_others", "normed", "key", "value",
                                  "largest", "first_weight", "check")}
     streams = []
     for index, tokens in enumerate(passages):
-        read = read_passage(model, tokens)
+        read = _read_passage(model, tokens)
         norms = read["stream"].norm(dim=-1)  # (L + 1, T)
         per["norms"].append(norms)
         streams.append(read["stream"][:, 0])  # (L + 1, E): position 0
@@ -183,7 +218,10 @@ def measure(model, passages, progress=print):
                           "by_position_at_peak": _rounded(norms[:, peak].mean(dim=0), 2)},
         "massive": {"peak_layer": peak, "feature": feature, "feature_share": round(share.item(), 4),
                     "feature_value": round(first[:, peak, feature].mean().item(), 2),
-                    "feature_median_others": None, "writer_block": writer + 1,
+                    "feature_median_others": None, "other_features_median": round(_other_features(first[:, peak], feature)
+                                                                                  .median(dim=-1).values.mean().item(), 2),
+                    "other_features_largest": round(_other_features(first[:, peak], feature).amax(dim=-1).mean().item(), 2),
+                    "writer_block": writer + 1, "writer_layer": writer,
                     "writer_attention_norm": round(torch.stack(per["attn_add"])[:, writer].mean().item(), 2),
                     "writer_mlp_norm": round(torch.stack(per["mlp_add"])[:, writer].mean().item(), 2),
                     "writer_mlp_norm_others": round(torch.stack(per["mlp_others"])[:, writer].mean().item(), 2)},
@@ -200,16 +238,34 @@ def measure(model, passages, progress=print):
         others.append(read_stream[1:, feature].abs().median())
     record["massive"]["feature_median_others"] = round(torch.stack(others).mean().item(), 3)
     control = passages.shape[1] // 2
-    untouched = [passage_loss(model, tokens) for tokens in passages]
-    replaced = [passage_loss(model, tokens, writer, 0) for tokens in passages]
-    controlled = [passage_loss(model, tokens, writer, control) for tokens in passages]
+    donors = [_stream_at(model, tokens, writer + 1)[0] for tokens in passages]  # position 0 after the writing block
+    untouched = [_passage_loss(model, tokens) for tokens in passages]
+    arms = {"first_replaced": [_passage_loss(model, tokens, writer, 0) for tokens in passages],
+            "first_swapped": [_passage_loss(model, tokens, writer, 0, "swap", donor=donors[(index + 1) % len(passages)])
+                              for index, tokens in enumerate(passages)],
+            "first_keep_feature": [_passage_loss(model, tokens, writer, 0, "keep_feature", feature) for tokens in passages],
+            "first_feature_only": [_passage_loss(model, tokens, writer, 0, "feature_only", feature) for tokens in passages]}
+    untouched_control = [_passage_loss(model, tokens, None, control) for tokens in passages]
+    controlled = [_passage_loss(model, tokens, writer, control) for tokens in passages]
     progress(f"[{time.perf_counter() - started:5.0f} s] replacement: {sum(untouched) / len(untouched):.3f} untouched, "
-             f"{sum(replaced) / len(replaced):.3f} first position replaced after block {writer + 1}")
-    record["replacement"] = {"layer": writer + 1, "untouched": _rounded(untouched), "first_replaced": _rounded(replaced),
-                             "control_position": control, "control_replaced": _rounded(controlled),
-                             "first_minus_untouched": _interval(replaced, untouched),
-                             "control_minus_untouched": _interval(controlled, untouched)}
+             f"{sum(arms['first_replaced']) / len(passages):.3f} first position replaced after layer {writer}")
+    record["replacement"] = {
+        "layer": writer + 1, "after_layer": writer, "feature": feature, "untouched": _rounded(untouched),
+        **{name: _rounded(losses) for name, losses in arms.items()},
+        "control_position": control, "untouched_control": _rounded(untouched_control),
+        "control_replaced": _rounded(controlled),
+        **{f"{name.removeprefix('first_')}_minus_untouched" if name != "first_replaced" else "first_minus_untouched":
+           _interval(losses, untouched) for name, losses in arms.items()},
+        "control_minus_untouched": _interval(controlled, untouched_control),
+        "excluded": "every loss leaves out the prediction made at the changed position (position 0's, or the control "
+                    "position's in both the control and the untouched loss it is paired with)",
+        "donor": "first_swapped: position 0's residual from the next passage (the last passage takes the first's)"}
     return record
+
+
+def _other_features(vectors, feature):
+    """vectors (N, E) -> |value| of every feature but ``feature``, (N, E - 1)."""
+    return torch.cat([vectors[:, :feature], vectors[:, feature + 1:]], dim=1).abs()
 
 
 @torch.no_grad()
@@ -240,32 +296,55 @@ def _clipped(largest, first_weight, threshold):
 def _text(record):
     massive, replacement = record["massive"], record["replacement"]
     ratio = record["residual_norm"]["ratio_by_layer"][massive["peak_layer"]]
+    layer = replacement["after_layer"]
+
+    def said(name):
+        found = replacement[name]
+        return f"{found['words']} ({found['mean']:+.3f} nats a token, {found['low']:+.3f} to {found['high']:+.3f})"
+
     return [
-        f"The first position's residual norm is {ratio:.0f} times the median position's at layer {massive['peak_layer']}; "
-        f"feature {massive['feature']} carries {massive['feature_share']:.0%} of its square; block "
-        f"{massive['writer_block']} writes it (its MLP adds {massive['writer_mlp_norm']:.0f} at position 0, a median "
-        f"{massive['writer_mlp_norm_others']:.1f} elsewhere).",
-        f"Replacing the first position's residual after block {replacement['layer']} by the other positions' mean: "
-        f"{replacement['first_minus_untouched']['words']} (mean {replacement['first_minus_untouched']['mean']:+.3f} nats a "
-        f"token); the same replacement at position {replacement['control_position']}: "
-        f"{replacement['control_minus_untouched']['words']}.",
+        f"The first position's residual norm is {ratio:.0f} times the median position's after layer "
+        f"{massive['peak_layer'] - 1} (the residual stream's index {massive['peak_layer']}); feature {massive['feature']} "
+        f"carries {massive['feature_share']:.0%} of its square ({massive['feature_value']:,.0f} against a median "
+        f"{massive['other_features_median']:.0f} for the other features there, the largest of them "
+        f"{massive['other_features_largest']:,.0f}); layer {massive['writer_layer']} writes it (its MLP adds "
+        f"{massive['writer_mlp_norm']:,.0f} at position 0, a median {massive['writer_mlp_norm_others']:.1f} elsewhere).",
+        f"After layer {layer}, on {len(replacement['untouched'])} passages (paired 95% intervals; every loss leaves out the "
+        f"changed position's own prediction): position 0's residual replaced by the other positions' mean "
+        f"{said('first_minus_untouched')}; by position 0's residual from another passage {said('swapped_minus_untouched')}; "
+        f"by the others' mean but feature {replacement['feature']} kept {said('keep_feature_minus_untouched')}; only "
+        f"feature {replacement['feature']} set to the others' mean {said('feature_only_minus_untouched')}; the whole "
+        f"replacement at position {replacement['control_position']} {said('control_minus_untouched')}.",
+        _reading(replacement),
     ]
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
+def _reading(replacement):
+    """What the position-0 arms say together, in words that follow their intervals."""
+    feature = replacement["feature"]
+    swapped = replacement["swapped_minus_untouched"]["words"] != "raises the loss"
+    first = "Another passage's first vector serves as well as the passage's own" if swapped else (
+        "Another passage's first vector does not serve as well as the passage's own")
+    kept, whole = replacement["keep_feature_minus_untouched"]["mean"], replacement["first_minus_untouched"]["mean"]
+    alone = replacement["feature_only_minus_untouched"]
+    if kept < whole / 4 and alone["words"] == "raises the loss" and alone["mean"] > whole:
+        return (f"{first}; keeping feature {feature} at its size takes back most of the whole replacement's cost, and "
+                f"setting that feature alone to the mean costs more than the whole replacement: the model leans on one "
+                f"feature of the first position{', used as a constant bias' if swapped else ''}.")
+    return f"{first}; feature {feature} alone does not carry the replacement's cost as clearly."
+
 
 
 def run(out, size="full", progress=print):
-    """Load SmolLM2 and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record."""
+    """Load SmolLM2 and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record. ``out`` and
+    ``size`` are checked before any work."""
+    check_out(out)
     from attn.data.corpus import austen
     from attn.experiments.window_austen import held_out_streams
     from attn.models.lm import HELD_OUT
     from attn.pretrained import load
 
-    settings = _settings(size)
+    settings = settings_for(SIZES, size)
     require_callable("progress", progress)
     started = time.perf_counter()
     text = austen()[HELD_OUT]  # the corpus first: a missing one costs nothing
@@ -275,7 +354,7 @@ def run(out, size="full", progress=print):
     record = {"size": size, "settings": {**settings, "from_position": FROM_POSITION, "thresholds": list(THRESHOLDS)},
               "passages": f"{settings['passages']} passages of {settings['length']} tokens evenly spread through "
                           "Persuasion, no beginning-of-text token",
-              **measure(model, passages, progress)}
+              **_measure(model, passages, progress)}
     record["text"] = _text(record)
     record["seconds"] = round(time.perf_counter() - started, 1)
     return write_record(out, RESULTS_NAME, record, COMMAND, size)

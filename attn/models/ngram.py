@@ -30,6 +30,7 @@ from attn.common.validate import is_whole_number, positive_int, positive_number,
 MAX_ORDER = 4  # V ** order keys must fit in an int64 for a vocabulary of up to 2 ** 15
 BIGRAM_PRIOR = 64.0  # the bigram baseline's pseudo-counts, spread as the unigram distribution (see BIGRAM_PRIORS)
 BIGRAM_PRIORS = (4.0, 16.0, 32.0, 64.0, 128.0, 256.0)  # tried on the training novels' last 15%, counted on the rest
+ADD_K_VALUES = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)  # add_k_baseline's k, tried on the training tokens' last tenth
 
 
 
@@ -247,3 +248,42 @@ def baseline_log(train_tokens, held_out_tokens, config, vocab_size):
     probe = held_out_tokens[:config["eval_windows"] * config["context_length"] + 1]  # the curve's targets
     base["on_the_curves_targets"] = baselines(train_tokens, probe, vocab_size, prior)
     return base
+
+
+# --- lesson 22's baseline: unigram and add-k bigram on a model's held-out windows ----
+
+def add_k_baseline(train_tokens, held_out_inputs, held_out_targets, vocab_size, ks=ADD_K_VALUES):
+    """The unigram and add-k bigram losses (nats a token) on held-out (inputs, targets) (W, T), with counts from
+    ``train_tokens`` (N,); k is chosen on the last tenth of the training tokens with counts from the rest."""
+    vocab_size = positive_int("vocab_size", vocab_size)
+    check_allocation("the bigram table", vocab_size * vocab_size * 8)
+    check_tokens("train_tokens", train_tokens, vocab_size, minimum=20)
+    for name, tokens in (("held_out_inputs", held_out_inputs), ("held_out_targets", held_out_targets)):
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor of token ids (W, T), got {type_name(tokens)}")
+        check_tokens(name, tokens.flatten(), vocab_size, minimum=1)
+    if held_out_inputs.shape != held_out_targets.shape:
+        raise ValueError(f"held_out_inputs {tuple(held_out_inputs.shape)} and held_out_targets "
+                         f"{tuple(held_out_targets.shape)} must have the same shape")
+    if not isinstance(ks, tuple | list) or not ks or not all(
+            isinstance(k, int | float) and not isinstance(k, bool) and math.isfinite(k) and k > 0 for k in ks):
+        raise ValueError(f"ks must be a non-empty list of positive numbers (the add-k values tried), got {ks!r:.60}")
+
+    def counts(tokens):
+        pairs = torch.bincount(tokens[:-1] * vocab_size + tokens[1:], minlength=vocab_size * vocab_size)
+        return pairs.view(vocab_size, vocab_size).double()
+
+    def bigram_loss(table, k, before, after):
+        chosen, totals = table[before, after], table.sum(dim=1)[before]  # (n,) each: never an (n, V) copy
+        return -(torch.log(chosen + k) - torch.log(totals + k * vocab_size)).mean().item()
+
+    cut = len(train_tokens) * 9 // 10
+    fit, check = counts(train_tokens[:cut]), train_tokens[cut:]
+    k = min(ks, key=lambda k: bigram_loss(fit, k, check[:-1], check[1:]))
+    table = counts(train_tokens)
+    before, after = held_out_inputs.flatten(), held_out_targets.flatten()
+    unigram = torch.bincount(train_tokens, minlength=vocab_size).double() + 1.0
+    return {"unigram": round(-(torch.log(unigram[after]) - torch.log(unigram.sum())).mean().item(), 4),
+            "bigram": round(bigram_loss(table, k, before, after), 4), "k": k,
+            "on": "the held-out windows the models are scored on; counts from the training novels, the same tokenizer "
+                  "(unigram add-1, bigram add-k with k chosen on the last tenth of the training tokens)"}

@@ -68,6 +68,10 @@ def test_the_right_answers_are_the_course_s_own():
     (SINK[:4], "five numbers"),
     ([0.2, 0.038, 0.077, 0.421, 0.019], "index 0"), ([0.189, 0.038, 0.077, 0.421, 0.019], "looks rounded"),
     ("weights", "an array of numbers"), ([float("nan")] * 5, "NaN"),
+    (_sink_weights(sink_logit=0.0), "off-by-one softmax"), (100 * np.array(SINK), "percentages"),
+    (SINK[::-1], "reverse order"), ([SINK], "has shape (1, 5): give a flat list"),
+    (np.round(_sink_weights(without_sink=True), 3), "plain softmax"),  # a mistake copied from rounded digits
+    (np.round(100 * _sink_weights(), 1), "percentages"),
 ])
 def test_exercise_22_1_names_the_mistake(answer, words):
     not_yet("22.1", answer, words)
@@ -76,7 +80,8 @@ def test_exercise_22_1_names_the_mistake(answer, words):
 @pytest.mark.parametrize(("answer", "words"), [
     (_gated_output(before=True), "before the softmax"), (_gated_output(no_sigmoid=True), "gate logit itself"),
     (_gated_output(no_gate=True), "without its gate"), (5.0, "too large"), (0.01, "too small"), ([0.2, 0.3], "one number"),
-    (0.21, "looks rounded"),
+    (0.21, "looks rounded"), (_gated_output(flipped=True), "sigmoid(-g)"),
+    (round(_gated_output(flipped=True), 3), "sigmoid(-g)"), (round(_gated_output(before=True), 3), "before the softmax"),
 ])
 def test_exercise_22_2_names_the_mistake(answer, words):
     not_yet("22.2", answer, words)
@@ -85,6 +90,8 @@ def test_exercise_22_2_names_the_mistake(answer, words):
 @pytest.mark.parametrize(("answer", "words"), [
     (_off_by_one_output(without_one=True), "without its 1"), (_off_by_one_output(one_per_key=True), "for every key"),
     (-1.0, "wrong sign"), (0.0, "is 0"), ("about one", "number"), (0.79, "looks rounded"),
+    (_off_by_one_output(shifted_one=True), "adds 1 unshifted"), (round(_off_by_one_output(shifted_one=True), 3), "e^(0 - m)"),
+    (round(_off_by_one_output(without_one=True), 3), "without its 1"),
 ])
 def test_exercise_22_3_names_the_mistake(answer, words):
     not_yet("22.3", answer, words)
@@ -95,6 +102,9 @@ def test_exercise_22_3_names_the_mistake(answer, words):
     (_softpick_weights(rectified=False, absolute=False), "rectifier and the absolute values"),
     (_softpick_weights(rectified_total=True), "rectifies the denominator"), ([0.2] * 5, "index 0"),
     (np.exp(PICK_SCORES) / np.exp(PICK_SCORES).sum(), "plain softmax"), ([0.1, 0.2], "five numbers"),
+    (_softpick_weights(absolute_top=True), "keys scoring below 0 got weight"), ([PICK], "has shape (1, 5): give a flat list"),
+    (np.round(_softpick_weights(rectified=False), 3), "rectifier"),  # copied from rounded digits: named, not "rounded"
+    (np.round(_softpick_weights(absolute_top=True), 3), "not |e^s - 1|"),
 ])
 def test_exercise_22_4_names_the_mistake(answer, words):
     not_yet("22.4", answer, words)

@@ -6,8 +6,10 @@ import json
 import pytest
 import torch
 
-from attn.experiments import sink_austen
+from attn.common.stats import t_quantile_at
+from attn.experiments import sink_austen, sink_austen_words
 from attn.gates import DifferentialAttention, GatedAttention
+from attn.models.ngram import add_k_baseline
 from tests.notebooks import ROOT
 
 RECORD = ROOT / "lessons" / "records" / sink_austen.RESULTS_NAME
@@ -21,9 +23,9 @@ def stand_in_data(vocab=64):
 
 @pytest.mark.parametrize("arm", list(sink_austen.ARMS))
 def test_the_watched_pass_is_the_layer_own(arm):
-    model = sink_austen.build(arm, SETTINGS, 64, seed=0).eval()
+    model = sink_austen._build(arm, SETTINGS, 64, seed=0).eval()
     tokens = torch.randint(64, (2, 20), generator=torch.Generator().manual_seed(1))
-    found = sink_austen.watch(model, tokens)
+    found = sink_austen._watch(model, tokens)
     with torch.no_grad():
         torch.testing.assert_close(model.blocks[-1](model.blocks[0](model.token_embedding(tokens), is_causal=True),
                                                     is_causal=True).abs().amax().item(),
@@ -41,7 +43,7 @@ def test_the_watched_pass_is_the_layer_own(arm):
 
 
 def test_the_arms_hold_equal_parameters_within_one_percent():
-    counts = {arm: sum(p.numel() for p in sink_austen.build(arm, sink_austen.SIZES["full"], 4096, 0).parameters())
+    counts = {arm: sum(p.numel() for p in sink_austen._build(arm, sink_austen.SIZES["full"], 4096, 0).parameters())
               for arm in sink_austen.ARMS}
     assert all(abs(count / counts["softmax"] - 1) < 0.01 for count in counts.values())
 
@@ -53,7 +55,7 @@ def test_a_beginning_of_text_token_replaces_the_first():
 
 
 def test_the_attention_refuses_what_it_does_not_run():
-    layer = sink_austen.SwitchedAttention("softmax", 8, 2)
+    layer = sink_austen._SwitchedAttention("softmax", 8, 2)
     x = torch.randn(1, 4, 8)
     with pytest.raises(ValueError, match="causal self-attention only"):
         layer(x, x, x, mask=torch.ones(4, 4, dtype=torch.bool))
@@ -67,14 +69,14 @@ def without_seconds(value):
 
 
 def test_the_tiny_run_on_a_stand_in_corpus_is_deterministic():
-    first = sink_austen.measure("tiny", lambda line: None, data=stand_in_data())
-    second = sink_austen.measure("tiny", lambda line: None, data=stand_in_data())
+    first = sink_austen._measure("tiny", lambda line: None, data=stand_in_data())
+    second = sink_austen._measure("tiny", lambda line: None, data=stand_in_data())
     first, second = without_seconds(first), without_seconds(second)  # the timings differ from run to run
     assert first == second and set(first["intervals"]) == set(sink_austen.ARMS) - {"softmax"}
     steps = first["runs"]["softmax"]["checkpoints"][0]["step"]
     assert steps == list(range(0, SETTINGS["steps"], SETTINGS["checkpoint_every"])) + [SETTINGS["steps"]]
     with pytest.raises(ValueError, match="size"):
-        sink_austen.measure("huge", data=stand_in_data())
+        sink_austen._measure("huge", data=stand_in_data())
 
 
 def test_the_shipped_record_follows_its_schema():
@@ -86,16 +88,60 @@ def test_the_shipped_record_follows_its_schema():
         assert all(len(layers_of_seed) == layers for layers_of_seed in run["largest_logit"])
     for found in record["intervals"].values():
         for interval in found.values():
-            assert interval["words"] == sink_austen.words(interval["mean"], interval["low"], interval["high"])
+            assert interval["words"] == sink_austen_words.words(interval["mean"], interval["low"], interval["high"])
     assert (record["variant"] is None) == any(record["runs"]["softmax"]["sink_formed"])
-    assert record["claims"] == sink_austen.claims(record["intervals"], any(record["runs"]["softmax"]["sink_formed"]))
+    softmax = record["runs"]["softmax"]
+    assert record["claims"] == sink_austen_words._claims(record["intervals"], any(softmax["sink_formed"]),
+                                                  record["settings"]["steps"], sink_austen_words._massive(softmax))
+    assert record["baseline"]["bigram"] < record["baseline"]["unigram"]
+    assert record["bonferroni"]["family"] == len(record["intervals"])
 
 
-def test_a_claim_is_held_only_when_its_interval_is_below_zero():
-    assert sink_austen.verdict({"mean": -0.2, "low": -0.3, "high": -0.1}) == "held"
-    assert sink_austen.verdict({"mean": 0.2, "low": 0.1, "high": 0.3}) == "not held"
-    assert sink_austen.verdict({"mean": -0.2, "low": -0.5, "high": 0.1}) == "not distinguishable"
-    below = {metric: {"mean": -0.2, "low": -0.3, "high": -0.1} for metric in sink_austen.CLAIMS}
-    assert sink_austen.claims({"gate": below}, True)["gate"]["first_token_weight"] == "held"
-    assert sink_austen.claims({"gate": below}, False)["gate"] == {
-        "held_out_loss": "held", "first_token_weight": sink_austen.NOT_TESTABLE, "largest_activation": "held"}
+def test_a_claim_says_when_and_never_held():
+    verdict = sink_austen_words._verdict
+    assert verdict({"mean": -0.2, "low": -0.3, "high": -0.1}, 300) == "lower after 300 steps, early in training"
+    assert verdict({"mean": 0.2, "low": 0.1, "high": 0.3}, 300) == "higher after 300 steps, early in training"
+    assert verdict({"mean": -0.2, "low": -0.5, "high": 0.1}, 300) == "not distinguishable after 300 steps"
+    below = {metric: {"mean": -1, "low": -2, "high": -0.5} for metric in sink_austen_words.CLAIMS}
+    found = sink_austen_words._claims({"gate": below}, False, 300, False)["gate"]
+    assert found["first_token_weight"] == sink_austen_words.NOT_TESTABLE
+    assert found["largest_activation"] == sink_austen_words.NOT_TESTABLE_MASSIVE
+    assert found["held_out_loss"].startswith("lower after 300")
+
+
+def test_the_t_quantile_and_the_bonferroni_intervals():
+    assert t_quantile_at(0.975, 2) == pytest.approx(4.303, abs=1e-3)
+    assert t_quantile_at(0.975, 4) == pytest.approx(2.776, abs=1e-3)
+    runs = {"softmax": {"held_out_loss": [5.0, 5.1, 5.2]}, "gate": {"held_out_loss": [4.9, 5.05, 5.1]},
+            "sink": {"held_out_loss": [5.0, 5.1, 5.3]}}
+    found = sink_austen_words._bonferroni(runs)
+    assert found["family"] == 2 and found["level"] == 0.975
+    wider = found["held_out_loss"]["gate"]
+    from attn.common.stats import paired_interval
+    mean, low, high = paired_interval([4.9, 5.05, 5.1], [5.0, 5.1, 5.2])
+    assert wider["mean"] == pytest.approx(mean, abs=1e-4) and wider["low"] < low and wider["high"] > high
+
+
+def test_the_count_baseline_and_diffllama_schedule():
+    tokens = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1, 0, 1] * 20)
+    inputs, targets = torch.tensor([[0, 1, 0]]), torch.tensor([[1, 0, 1]])
+    found = add_k_baseline(tokens, inputs, targets, 3)
+    assert found["bigram"] < 0.05 < found["unigram"]  # a perfect alternation: the bigram all but knows
+    schedule = sink_austen_words._lambda_init
+    assert schedule(0) == pytest.approx(0.2) and schedule(1) == pytest.approx(0.3555, abs=1e-4)
+    model = sink_austen._build("differential", SETTINGS, 64, seed=0)
+    assert [block.attention.layer.lambda_init for block in model.blocks] == [sink_austen_words._lambda_init(0),
+                                                                             sink_austen_words._lambda_init(1)]
+    assert sink_austen_words._even_rows(4)["even_sink_share"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4 + 1 / 5) / 4, abs=1e-4)
+
+
+def test_the_differential_first_token_weight_is_normalised_by_its_row_sum():
+    model = sink_austen._build("differential", SETTINGS, 64, seed=0).eval()
+    tokens = torch.randint(64, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        layer = model.blocks[0].attention
+        layer.watch = True
+        layer(model.token_embedding(tokens))
+        layer.watch = False
+    rows = layer.seen["weights"].sum(dim=-1)
+    torch.testing.assert_close(rows, torch.ones_like(rows), atol=1e-5, rtol=0)

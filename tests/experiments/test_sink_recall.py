@@ -16,21 +16,21 @@ TINY = sink_recall.SIZES["tiny"]
 
 
 def test_absent_queries_ask_for_keys_not_in_their_context_and_the_rest_are_untouched():
-    data = sink_recall.recall_with_absent(40, 0.25, n_pairs=4, n_keys=12, n_values=8, seed=3)
+    data = sink_recall._recall_with_absent(40, 0.25, n_pairs=4, n_keys=12, n_values=8, seed=3)
     plain = sink_recall.make_recall_data(40, n_pairs=4, n_keys=12, n_values=8, seed=3)
     assert torch.equal(data.query[10:], plain.query[10:]) and torch.equal(data.target[10:], plain.target[10:])
     for row in range(10):
         assert int(data.query[row]) not in data.keys[row].tolist()
         assert int(data.target[row]) == 8 and int(data.position[row]) == -1
     with pytest.raises(ValueError, match="n_keys > n_pairs"):
-        sink_recall.recall_with_absent(4, 0.5, n_pairs=4, n_keys=4, n_values=8, seed=0)
+        sink_recall._recall_with_absent(4, 0.5, n_pairs=4, n_keys=4, n_values=8, seed=0)
     for share in (-0.1, 1.5, True, "half"):
         with pytest.raises(ValueError, match="share"):
-            sink_recall.recall_with_absent(4, share, n_pairs=2, n_keys=6, n_values=4, seed=0)
+            sink_recall._recall_with_absent(4, share, n_pairs=2, n_keys=6, n_values=4, seed=0)
 
 
 def test_the_arms_differ_only_in_the_one_switch():
-    layers = {arm: sink_recall.SinkRecall(arm, 12, 8, 8, 2).attention for arm in sink_recall.ARMS}
+    layers = {arm: sink_recall._SinkRecall(arm, 12, 8, 8, 2).attention for arm in sink_recall.ARMS}
     assert all(isinstance(layer, GatedAttention) and not layer.qk_norm and layer.rotary_base is None
                for layer in layers.values())
     assert [(layer.normalize, layer.gate) for layer in layers.values()] == [
@@ -39,10 +39,10 @@ def test_the_arms_differ_only_in_the_one_switch():
 
 def test_the_query_reads_the_pairs_through_the_layer_own_softmax():
     torch.manual_seed(0)
-    model = sink_recall.SinkRecall("sink", 12, 8, 8, 2)
+    model = sink_recall._SinkRecall("sink", 12, 8, 8, 2)
     with torch.no_grad():
         model.attention.sink_logits.fill_(1.5)
-    data = sink_recall.recall_with_absent(5, 0.4, n_pairs=4, n_keys=12, n_values=8, seed=1)
+    data = sink_recall._recall_with_absent(5, 0.4, n_pairs=4, n_keys=12, n_values=8, seed=1)
     logits, output, weights, opened = model.inspect(data.keys, data.values, data.query)
     assert logits.shape == (5, 9) and output.shape == (5, 8) and weights.shape == (5, 2, 4) and opened is None
     layer = model.attention
@@ -56,16 +56,30 @@ def test_the_query_reads_the_pairs_through_the_layer_own_softmax():
 
 def test_a_gate_opening_is_measured_only_for_the_gate():
     torch.manual_seed(0)
-    model = sink_recall.SinkRecall("gate", 12, 8, 8, 2)
-    data = sink_recall.recall_with_absent(6, 0.5, n_pairs=4, n_keys=12, n_values=8, seed=2)
+    model = sink_recall._SinkRecall("gate", 12, 8, 8, 2)
+    data = sink_recall._recall_with_absent(6, 0.5, n_pairs=4, n_keys=12, n_values=8, seed=2)
     found = sink_recall._measure(model, data, True)
     assert 0 < found["gate"] < 1 and found["nothing"] == pytest.approx(0, abs=1e-6)
 
 
 def test_interval_words_follow_the_interval():
-    assert sink_recall.words(0.2, 0.1, 0.3) == "higher than softmax"
-    assert sink_recall.words(-0.2, -0.3, -0.1) == "lower than softmax"
-    assert sink_recall.words(0.1, -0.1, 0.3) == "not distinguishable from softmax"
+    assert sink_recall._words(0.2, 0.1, 0.3) == "higher than softmax"
+    assert sink_recall._words(-0.2, -0.3, -0.1) == "lower than softmax"
+    assert sink_recall._words(0.1, -0.1, 0.3) == "not distinguishable from softmax"
+
+
+def test_the_stopping_rule_is_relative_to_the_best_loss():
+    assert sink_recall._stopping_step(0.0097, 0.01, 2, 0.02) == (0.0097, 0)  # 3% below the best: a gain
+    assert sink_recall._stopping_step(0.0099, 0.01, 2, 0.02) == (0.01, 3)  # 1% below: not enough
+    assert sink_recall._stopping_step(1.5, 2.0, 0, 0.02) == (1.5, 0)
+
+
+def test_absent_minus_present_is_paired_within_an_arm():
+    run = {"absent_norm": [3.0, 4.0, 5.0], "present_norm": [1.0, 2.0, 3.0], "absent_nothing": [0.1, 0.1, 0.1],
+           "present_nothing": [0.1, 0.1, 0.1], "absent_gate": [None] * 3, "present_gate": [None] * 3}
+    found = sink_recall._absent_minus_present({"sink": {"0.5": run}}, ["0.5"])["sink"]["0.5"]
+    assert found["norm"]["mean"] == pytest.approx(2.0) and found["norm"]["words"] == "larger for absent keys"
+    assert found["nothing"]["words"] == "not distinguishable between absent and present keys" and "gate" not in found
 
 
 def test_the_tiny_command_is_deterministic_and_refuses_a_bad_size(tmp_path, capsys):
@@ -79,7 +93,7 @@ def test_the_tiny_command_is_deterministic_and_refuses_a_bad_size(tmp_path, caps
         sink_recall.main(["--out", str(tmp_path / "c"), "--size", "huge"])
     assert "invalid choice" in capsys.readouterr().err
     with pytest.raises(ValueError, match="size"):
-        sink_recall.measure("huge")
+        sink_recall._measure_all("huge")
 
 
 def test_the_shipped_record_follows_its_schema_and_its_stopping_rule():
@@ -92,10 +106,14 @@ def test_the_shipped_record_follows_its_schema_and_its_stopping_rule():
             for curve, steps, stopped in zip(run["curves"], run["steps"], run["stopped"], strict=True):
                 best, flat = math.inf, 0
                 for loss in curve:
-                    best, flat = (loss, 0) if loss < best - settings["min_gain"] else (best, flat + 1)
+                    best, flat = sink_recall._stopping_step(loss, best, flat, settings["min_gain"])
                 assert stopped == (flat >= settings["patience"]) and (stopped or steps == settings["max_steps"])
             if arm in ("softmax", "gate"):
                 assert all(value == 0 for value in run["absent_nothing"])
             if arm != "softmax":
                 for found in record["intervals"][arm][share].values():
-                    assert found["words"] == sink_recall.words(found["mean"], found["low"], found["high"])
+                    assert found["words"] == sink_recall._words(found["mean"], found["low"], found["high"])
+            within = record["absent_minus_present"][arm][share]
+            assert set(within) == ({"norm", "nothing", "gate"} if arm == "gate" else {"norm", "nothing"})
+            for found in within.values():
+                assert found["words"] == sink_recall._within_words(found["mean"], found["low"], found["high"])

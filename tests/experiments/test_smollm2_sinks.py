@@ -27,7 +27,7 @@ def passages(count=3, length=16):
 
 def test_the_hooked_reading_matches_the_model(model):
     tokens = passages()[0]
-    read = sinks.read_passage(model, tokens)
+    read = sinks._read_passage(model, tokens)
     assert read["stream"].shape == (4, 16, 16) and read["logits"].shape == (3, 4, 16, 16)
     torch.testing.assert_close(torch.softmax(read["logits"], dim=-1), read["weights"], atol=1e-5, rtol=0)
     torch.testing.assert_close(read["stream"][1:] - read["stream"][:-1], read["attended"] + read["mlp"])
@@ -35,10 +35,27 @@ def test_the_hooked_reading_matches_the_model(model):
 
 def test_replacing_a_position_changes_the_loss_and_nothing_is_left_hooked(model):
     tokens = passages()[0]
-    plain = sinks.passage_loss(model, tokens)
-    assert sinks.passage_loss(model, tokens, replace_at=0, position=0) != plain
-    assert sinks.passage_loss(model, tokens) == plain
+    plain = sinks._passage_loss(model, tokens)
+    assert sinks._passage_loss(model, tokens, replace_at=0, position=0) != plain
+    assert sinks._passage_loss(model, tokens) == plain
+    for how in ("swap", "keep_feature", "feature_only"):
+        assert sinks._passage_loss(model, tokens, 0, 0, how, feature=3, donor=torch.zeros(16)) != plain
+    with pytest.raises(ValueError, match="how"):
+        sinks._passage_loss(model, tokens, 0, 0, "zero")
     assert all(not block._forward_hooks and not block._forward_pre_hooks for block in model.blocks)
+
+
+def test_the_changed_position_s_own_prediction_is_left_out(model):
+    tokens = passages()[0]
+    logits = model(tokens[None])[0]
+    losses = torch.nn.functional.cross_entropy(logits[:-1], tokens[1:], reduction="none")
+    assert sinks._passage_loss(model, tokens) == pytest.approx(losses[1:].mean().item(), rel=1e-5)
+    assert sinks._passage_loss(model, tokens, None, 5) == pytest.approx(
+        torch.cat([losses[1:5], losses[6:]]).mean().item(), rel=1e-5)
+    # a swap with the passage's own vector, and keeping the feature when it is the only change, change nothing
+    own = sinks._stream_at(model, tokens, 2)[0]
+    assert sinks._passage_loss(model, tokens, 1, 0, "swap", donor=own) == pytest.approx(
+        sinks._passage_loss(model, tokens), rel=1e-5)
 
 
 def test_the_clip_table_counts_the_heads_above_each_threshold():
@@ -50,12 +67,15 @@ def test_the_clip_table_counts_the_heads_above_each_threshold():
 
 
 def test_the_measure_on_a_tiny_model(model):
-    record = sinks.measure(model, passages(), progress=lambda line: None)
+    record = sinks._measure(model, passages(), progress=lambda line: None)
     assert len(record["residual_norm"]["ratio_by_layer"]) == 4 and len(record["short_key"]["key_ratio"]) == 3
     assert record["heads"]["weights_check"] < 1e-5
-    assert 1 <= record["replacement"]["layer"] <= 3 and len(record["replacement"]["untouched"]) == 3
+    replacement = record["replacement"]
+    assert 1 <= replacement["layer"] <= 3 and replacement["after_layer"] == replacement["layer"] - 1
+    assert record["massive"]["writer_layer"] == record["massive"]["writer_block"] - 1
+    assert all(len(replacement[name]) == 3 for name in ("untouched", "untouched_control", *sinks.ARMS))
     with pytest.raises(ValueError, match="size"):
-        sinks._settings("huge")
+        sinks.run(ROOT / "never_written", "huge")
 
 
 def test_the_shipped_record_follows_its_schema():
@@ -63,7 +83,8 @@ def test_the_shipped_record_follows_its_schema():
     layers = len(record["short_key"]["key_ratio"])
     assert len(record["residual_norm"]["ratio_by_layer"]) == layers + 1
     assert len(record["replacement"]["untouched"]) == record["settings"]["passages"]
-    for name in ("first_minus_untouched", "control_minus_untouched"):
+    for name in ("first_minus_untouched", "swapped_minus_untouched", "keep_feature_minus_untouched",
+                 "feature_only_minus_untouched", "control_minus_untouched"):
         found = record["replacement"][name]
-        assert found["words"] == sinks.words(found["mean"], found["low"], found["high"])
+        assert found["words"] == sinks._words(found["mean"], found["low"], found["high"])
     assert record["heads"]["weights_check"] < 1e-4

@@ -81,6 +81,7 @@ def test_the_shipped_record_covers_every_arm_and_seed_and_says_how_each_run_ende
         (arm, seed) for arm in vit_runs.ARMS for seed in settings["seeds"])
     for run in record["runs"]:
         assert run["stopped"] or run["steps"] == settings["max_steps"]
+        assert run["cpu_seconds"] > 0
         assert len(run["curve"]) == -(-run["steps"] // settings["eval_every"])
         assert run["valid_accuracy"] in run["curve"]
         if run["arm"] in vit_runs.VIT_ARMS:
@@ -88,6 +89,8 @@ def test_the_shipped_record_covers_every_arm_and_seed_and_says_how_each_run_ende
             assert len(run["distance"]) == vit_runs.NUM_LAYERS and len(run["rollout"]) == settings["rollout_count"]
     for interval in record["comparisons"].values():
         assert interval["low"] <= interval["mean"] <= interval["high"]
+    stopped = sum(run["stopped"] for run in record["runs"])
+    assert f"{stopped} of the {len(record['runs'])} runs were ended by the rule" in record["text"]
 
 
 def test_a_baseline_run_reproduces_its_first_validation_accuracy():

@@ -12,7 +12,7 @@ import numpy as np
 
 from attn.course.exercises.answers import Array, Number
 from attn.course.exercises.directions import direction_only
-from attn.course.exercises.judging import compare, matches
+from attn.course.exercises.judging import compare, matches, rounding_problem
 from attn.course.exercises.registry import exercise
 
 # Exercise 22.1: one row of five scores and a head's learned sink logit.
@@ -33,10 +33,29 @@ def _exps(scores):
     return np.exp(np.asarray(scores, dtype=np.float64))
 
 
-def _sink_weights(sixth=False, without_sink=False):
-    """The five keys' weights under SINK_LOGIT (or a mistake's)."""
+def _is(answer, mistake, expected):
+    """True when ``answer`` is ``mistake``, or ``mistake`` rounded as a printout rounds it (and not also the right
+    answer rounded): a planted mistake copied from rounded digits is still named."""
+    if matches(answer, mistake):
+        return True
+    mistake = np.asarray(mistake, dtype=np.float64)
+    if answer.shape != mistake.shape or answer.dtype.kind != "f" or matches(answer, expected):
+        return False
+    return (rounding_problem(answer, mistake, "x") is not None
+            and rounding_problem(answer, np.asarray(expected, dtype=np.float64), "x") is None)
+
+
+def _flat_five(answer, what):
+    """The shape sentence for a list of five weights: a (1, 5) tensor is named, not just told "five numbers"."""
+    if answer.size == 5:
+        return f"{what} has shape {answer.shape}: give a flat list of five numbers, one weight for each key."
+    return None
+
+
+def _sink_weights(sixth=False, without_sink=False, sink_logit=SINK_LOGIT):
+    """The five keys' weights under SINK_LOGIT (or a mistake's; sink_logit=0 is the off-by-one softmax)."""
     exps = _exps(SINK_SCORES)
-    sink = math.exp(SINK_LOGIT)
+    sink = math.exp(sink_logit)
     if without_sink:
         return exps / exps.sum()
     weights = exps / (sink + exps.sum())
@@ -53,22 +72,29 @@ def _sink_weights(sixth=False, without_sink=False):
             "what is missing went to the sink, which has no value and so is not one of the outputs.",
 )
 def _sink(answer, expected):
-    if matches(answer, _sink_weights(sixth=True)):
-        return ("that counts the sink's weight as a sixth output: the sink has no value, so only the five keys get "
-                "weights; the sink's share is what the five do not sum to.")
-    if matches(answer, _sink_weights(without_sink=True)):
-        return ("that is the plain softmax of the five scores (or weights divided by their sum, which is the same): the "
-                "sink logit's e^z belongs in every denominator, and the five weights sum to less than 1.")
+    for mistake, hint in (
+        (_sink_weights(sixth=True), "that counts the sink's weight as a sixth output: the sink has no value, so only "
+                                    "the five keys get weights; the sink's share is what the five do not sum to"),
+        (_sink_weights(without_sink=True), "that is the plain softmax of the five scores (or weights divided by their "
+                                           "sum, which is the same): the sink logit's e^z belongs in every "
+                                           "denominator, and the five weights sum to less than 1"),
+        (_sink_weights(sink_logit=0.0), "that is the off-by-one softmax, a sink fixed at 0: this head learned its "
+                                        "own sink logit z, and e^z goes in the denominator"),
+        (100 * expected, "those look like percentages: give each weight as a fraction of 1"),
+        (expected[::-1], "those are the weights in reverse order: give them in the order of the keys' scores"),
+    ):
+        if _is(answer, mistake, expected):
+            return hint + "."
     if answer.shape != expected.shape:
-        return "give five numbers, one weight for each key (the sink is not one of them)."
+        return _flat_five(answer, "your weights") or "give five numbers, one weight for each key (the sink is not one of them)."
     problem = compare(answer, expected, "your weights")
     return None if problem is None else problem + " Each weight is e^s_j / (e^z + sum_k e^s_k)."
 
 
-def _gated_output(before=False, no_sigmoid=False, no_gate=False):
-    """The gated head's output for the one query (or a mistake's)."""
+def _gated_output(before=False, no_sigmoid=False, no_gate=False, flipped=False):
+    """The gated head's output for the one query (or a mistake's; flipped: sigmoid(-g), which is 1 - sigmoid(g))."""
     values = np.asarray(GATE_VALUES)
-    gate = 1 / (1 + math.exp(-GATE_LOGIT))
+    gate = 1 / (1 + math.exp(GATE_LOGIT if flipped else -GATE_LOGIT))
     if before:
         scaled = gate * np.asarray(GATE_SCORES)
         return float(np.exp(scaled) / np.exp(scaled).sum() @ values)
@@ -96,14 +122,20 @@ def _gated(answer, expected):
         (_gated_output(no_sigmoid=True), "that multiplies by the gate logit itself: the gate is sigmoid(g), a number "
                                          "between 0 and 1"),
         (_gated_output(no_gate=True), "that is the head's output without its gate: multiply it by sigmoid(g)"),
+        (_gated_output(flipped=True), "that uses sigmoid(-g), which is 1 - sigmoid(g): the gate is sigmoid(g) "
+                                      "itself, small when g is below 0"),
     ):
-        if matches(answer, mistake):
+        if _is(answer, mistake, expected):
             return hint + "."
     return direction_only(answer, expected, "your output")
 
 
-def _off_by_one_output(without_one=False, one_per_key=False):
-    """The off-by-one head's output for the one query (or a mistake's)."""
+def _off_by_one_output(without_one=False, one_per_key=False, shifted_one=False):
+    """The off-by-one head's output for the one query (or a mistake's; shifted_one: the scores shifted by their
+    largest, as a stable softmax does, with the 1 left unshifted)."""
+    if shifted_one:
+        exps = _exps(np.asarray(OFF_SCORES) - max(OFF_SCORES))
+        return float(exps / (exps.sum() + 1) @ np.asarray(OFF_VALUES))
     exps = _exps(OFF_SCORES)
     total = exps.sum() + (0 if without_one else len(exps) if one_per_key else 1)
     return float(exps / total @ np.asarray(OFF_VALUES))
@@ -126,17 +158,22 @@ def _off_by_one(answer, expected):
                                                "its 1; add 1 to the sum of e^s"),
         (_off_by_one_output(one_per_key=True), "that adds 1 for every key: the off-by-one softmax adds a single 1, "
                                                "one sink logit of 0, to each row's denominator"),
+        (_off_by_one_output(shifted_one=True), "that shifts the scores by their largest, m, but adds 1 unshifted: "
+                                               "the 1 is e^0, a logit of 0, so after the shift it is e^(0 - m), "
+                                               "shifted like every other term"),
     ):
-        if matches(answer, mistake):
+        if _is(answer, mistake, expected):
             return hint + "."
     return direction_only(answer, expected, "your output")
 
 
-def _softpick_weights(rectified=True, absolute=True, rectified_total=False):
-    """Softpick's weights for PICK_SCORES (or a mistake's)."""
+def _softpick_weights(rectified=True, absolute=True, rectified_total=False, absolute_top=False):
+    """Softpick's weights for PICK_SCORES (or a mistake's; absolute_top: |e^s - 1| in the numerator too)."""
     terms = np.expm1(np.asarray(PICK_SCORES, dtype=np.float64))
     kept = np.maximum(terms, 0) if rectified_total else np.abs(terms) if absolute else terms  # the denominator's terms
     total = kept.sum()
+    if absolute_top:
+        return np.abs(terms) / total
     return (np.maximum(terms, 0) if rectified else terms) / total
 
 
@@ -149,10 +186,12 @@ def _softpick_weights(rectified=True, absolute=True, rectified_total=False):
 )
 def _softpick(answer, expected):
     if answer.shape != expected.shape:
-        return "give five numbers, one weight for each key."
+        return _flat_five(answer, "your weights") or "give five numbers, one weight for each key."
     if compare(answer, expected, "your weights") is None:
         return None
     for mistake, hint in (
+        (_softpick_weights(absolute_top=True), "keys scoring below 0 got weight: the numerator is max(e^s - 1, 0), "
+                                               "not |e^s - 1|"),
         (_softpick_weights(rectified=False), "that forgets softpick's rectifier: the numerator is max(e^s - 1, 0), "
                                              "so a key scoring below 0 gets 0, never a negative weight"),
         (_softpick_weights(absolute=False), "that sums e^s - 1 in the denominator with its signs: the denominator "
@@ -164,6 +203,6 @@ def _softpick(answer, expected):
         (_exps(PICK_SCORES) / _exps(PICK_SCORES).sum(), "that is the plain softmax: softpick puts e^s - 1 where "
                                                         "softmax has e^s"),
     ):
-        if matches(answer, mistake):
+        if _is(answer, mistake, expected):
             return hint + "."
     return compare(answer, expected, "your weights") + " Each weight is max(e^s_j - 1, 0) / sum_k |e^s_k - 1|."

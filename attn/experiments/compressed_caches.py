@@ -34,17 +34,15 @@ ones by ``derive``, so they can be written again without measuring (``derive`` o
 import multiprocessing
 import resource
 import time
-from pathlib import Path
 
 import torch
 from torch.nn import functional
 
-from attn.common.destinations import folder_problem
 from attn.common.stats import paired_interval
-from attn.common.validate import require_callable, type_name
+from attn.common.validate import require_callable
 from attn.compressed_cache import EvictingKVCache, QuantizedKVCache, caches_for
 from attn.experiments.compressed_caches_record import FLOAT16_UNITS, RETRIEVAL_UNITS, derive, float16_share
-from attn.experiments.records import RECORDS_FOLDER, sized_command, write_record
+from attn.experiments.records import RECORDS_FOLDER, check_out, settings_for, sized_command, write_record
 from attn.experiments.smollm2_sparse import HEAD_TYPES, OTHER, _stand_in_reading, head_types
 from attn.experiments.window_austen import held_out_streams
 from attn.kvcache import KVCache
@@ -356,20 +354,11 @@ def _measure_method(index):
     return entry
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
-
 
 def run(out, size="full", progress=print):
     """Load SmolLM2, the corpus and lesson 16's record (the tiny size: stand-ins), measure, write ``out``/RESULTS_NAME."""
-    settings = _settings(size)
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
-    problem = folder_problem(out)
-    if problem:
-        raise ValueError(problem)
+    settings = settings_for(SIZES, size)
+    check_out(out)
     require_callable("progress", progress)
     torch.manual_seed(settings["seed"])
     generator = torch.Generator().manual_seed(settings["seed"])

@@ -34,17 +34,15 @@ split into the class token, the registers, background patches (no pixel above BA
 
 import copy
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
 
-from attn.common.destinations import folder_problem
 from attn.common.stats import paired_interval
 from attn.common.validate import require_callable, type_name
-from attn.experiments.records import sized_command, write_record
+from attn.experiments.records import check_out, settings_for, sized_command, write_record
 from attn.models.vit import VisionTransformer
 from attn.vision import attention_distance, attention_rollout
 
@@ -227,20 +225,11 @@ def _interval(first, second):
     return {"mean": round(mean, 4), "low": round(low, 4), "high": round(high, 4)}
 
 
-def _settings(size):
-    if not isinstance(size, str) or size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {type_name(size)} {size!r:.60}")
-    return dict(SIZES[size])
-
 
 def run(out, size="full", progress=print):
     """Train every arm with every seed, read the ViTs, write ``out``/RESULTS_NAME; returns the record."""
-    settings = _settings(size)
-    if not isinstance(out, str | Path):
-        raise TypeError(f"out must be a folder's path (a str or pathlib.Path), got {type_name(out)}")
-    problem = folder_problem(out)
-    if problem:
-        raise ValueError(problem)
+    settings = settings_for(SIZES, size)
+    check_out(out)
     require_callable("progress", progress)
     data = _load_data(settings)
     runs = [summary for seed in settings["seeds"] for summary in _seed_runs(seed, data, settings, progress)]

@@ -8,6 +8,7 @@ half a file. The three that read SmolLM2 also share their command line (``sized_
 
 import argparse
 import json
+import numbers
 import platform
 import sys
 from pathlib import Path
@@ -15,9 +16,21 @@ from pathlib import Path
 import torch
 
 from attn.common.destinations import folder_argument, folder_problem, write_text
-from attn.common.validate import require_callable, type_name
+from attn.common.validate import require_callable, require_computable, type_name
 
 RECORDS_FOLDER = Path(__file__).resolve().parents[2] / "lessons" / "records"  # the records the lessons read
+
+
+def rounded(values, digits=4):
+    """A tensor, list, tuple or number as nested lists of floats rounded to ``digits`` decimals (for a record)."""
+    if isinstance(values, torch.Tensor):
+        require_computable("values", values)
+        values = values.tolist()
+    if isinstance(values, list | tuple):
+        return [rounded(value, digits) for value in values]
+    if isinstance(values, bool) or not isinstance(values, numbers.Real):
+        raise TypeError(f"values must be numbers (a tensor, a list or a number), got {type_name(values)}")
+    return round(float(values), digits)
 
 
 def settings_for(sizes, size):

@@ -31,7 +31,7 @@ from attn.common.validate import positive_int, require_callable, require_text, t
 from attn.data.corpus import TITLES
 from attn.experiments import austen_heads, window_austen
 from attn.experiments import smollm2_reading_checks as checks
-from attn.experiments.records import check_out, settings_for, sized_command, write_record
+from attn.experiments.records import check_out, rounded, settings_for, sized_command, write_record
 from attn.models.lm import HELD_OUT
 
 RESULTS_NAME = "smollm2_reading.json"
@@ -57,14 +57,6 @@ SIZES = {
     },
 }
 
-
-def _rounded(values, digits=4):
-    """A tensor or float as nested lists of floats rounded to ``digits``."""
-    if isinstance(values, torch.Tensor):
-        values = values.tolist()
-    if isinstance(values, list):
-        return [_rounded(value, digits) for value in values]
-    return round(float(values), digits)
 
 
 def spaced_passages(tokens, count, length):
@@ -285,12 +277,12 @@ def measure(model, tokenizer, austen_model, austen_tokenizer, novels, size="full
     record["sink"] = {
         "passages": f"{settings['sink_passages']} passages of {settings['sink_length']} tokens, evenly spread",
         "replacement": tokenizer.decode([replacement]),
-        "first_token_weight": _rounded(sink["first_token_weight"].mean(dim=0)),
-        "first_token_weight_by_passage_and_layer": _rounded(sink["first_token_weight"].mean(dim=2)),
-        "previous_token_score": _rounded(sink["previous_token_score"].mean(dim=0)),
-        "key_norms": _rounded(sink["key_norms"].mean(dim=0), 3), "value_norms": _rounded(sink["value_norms"].mean(dim=0), 3),
-        "loss": _rounded(sink["loss"]), "loss_without_first_token": _rounded(sink["loss_without_first_token"]),
-        "loss_first_token_replaced": _rounded(sink["loss_first_token_replaced"]),
+        "first_token_weight": rounded(sink["first_token_weight"].mean(dim=0)),
+        "first_token_weight_by_passage_and_layer": rounded(sink["first_token_weight"].mean(dim=2)),
+        "previous_token_score": rounded(sink["previous_token_score"].mean(dim=0)),
+        "key_norms": rounded(sink["key_norms"].mean(dim=0), 3), "value_norms": rounded(sink["value_norms"].mean(dim=0), 3),
+        "loss": rounded(sink["loss"]), "loss_without_first_token": rounded(sink["loss_without_first_token"]),
+        "loss_first_token_replaced": rounded(sink["loss_first_token_replaced"]),
         "without_first_token_minus_loss": paired_interval(sink["loss"], sink["loss_without_first_token"]),
         "replaced_minus_loss": paired_interval(sink["loss"], sink["loss_first_token_replaced"]),
     }
@@ -308,16 +300,16 @@ def measure(model, tokenizer, austen_model, austen_tokenizer, novels, size="full
     random_second = heads["ablated_random_second_copy_loss"]  # (draws, N)
     record["heads"] = {
         "passages": f"the first {settings['copy_passages']} passages of {settings['passage_length']} tokens, each seen twice",
-        "induction_score": _rounded(heads["induction_score_by_passage"].mean(dim=0)),
-        "duplicate_token_score": _rounded(heads["duplicate_token_score_by_passage"].mean(dim=0)),
-        "first_copy_loss": _rounded(heads["first_copy_loss"]), "second_copy_loss": _rounded(heads["second_copy_loss"]),
+        "induction_score": rounded(heads["induction_score_by_passage"].mean(dim=0)),
+        "duplicate_token_score": rounded(heads["duplicate_token_score_by_passage"].mean(dim=0)),
+        "first_copy_loss": rounded(heads["first_copy_loss"]), "second_copy_loss": rounded(heads["second_copy_loss"]),
         "second_minus_first_copy": paired_interval(heads["first_copy_loss"], heads["second_copy_loss"]),
         "top_induction_heads": heads["top_induction_heads"],
-        "ablated_top_first_copy_loss": _rounded(heads["ablated_top_first_copy_loss"]),
-        "ablated_top_second_copy_loss": _rounded(heads["ablated_top_second_copy_loss"]),
+        "ablated_top_first_copy_loss": rounded(heads["ablated_top_first_copy_loss"]),
+        "ablated_top_second_copy_loss": rounded(heads["ablated_top_second_copy_loss"]),
         "random_heads": heads["random_heads"],
-        "ablated_random_first_copy_loss": _rounded(heads["ablated_random_first_copy_loss"]),
-        "ablated_random_second_copy_loss": _rounded(random_second),
+        "ablated_random_first_copy_loss": rounded(heads["ablated_random_first_copy_loss"]),
+        "ablated_random_second_copy_loss": rounded(random_second),
         "top_minus_random_second_copy": paired_interval(random_second.mean(dim=0), heads["ablated_top_second_copy_loss"]),
     }
     step("bits per character on the same chunks")
@@ -335,7 +327,7 @@ def measure(model, tokenizer, austen_model, austen_tokenizer, novels, size="full
                   "each read from its start",
         "characters": int(austen_characters.sum().item()),
         "overall": {name: round(value[1], 4) for name, value in per_chunk.items()},
-        "by_chunk": {name: _rounded(value[0]) for name, value in per_chunk.items()},
+        "by_chunk": {name: rounded(value[0]) for name, value in per_chunk.items()},
         "smollm2_minus_austen": paired_interval(per_chunk["Austen model"][0], per_chunk["SmolLM2-135M"][0]),
     }
     step("done")

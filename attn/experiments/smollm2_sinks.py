@@ -57,7 +57,7 @@ from torch.nn import functional
 
 from attn.common.stats import paired_interval
 from attn.common.validate import require_callable
-from attn.experiments.records import check_out, settings_for, sized_command, write_record
+from attn.experiments.records import check_out, rounded, settings_for, sized_command, write_record
 
 RESULTS_NAME = "smollm2_sinks.json"
 COMMAND = "python -m attn.experiments.smollm2_sinks"
@@ -65,13 +65,6 @@ SIZES = {"full": {"passages": 12, "length": 256}, "tiny": {"passages": 2, "lengt
 FROM_POSITION = 8  # first-token weight: queries from here on
 THRESHOLDS = (5.0, 10.0, 15.0, 20.0)  # SmolLM2 on Persuasion: largest logits by head from about 5 to 20
 
-
-def _rounded(values, digits=4):
-    if isinstance(values, torch.Tensor):
-        values = values.tolist()
-    if isinstance(values, list):
-        return [_rounded(value, digits) for value in values]
-    return round(float(values), digits)
 
 
 def _ratio(norms):
@@ -212,10 +205,10 @@ def _measure(model, passages, progress=print):
     writer = int(rise.argmax())  # a 0-based block index
     largest, first_weight = torch.stack(per["largest"]).amax(dim=0), torch.stack(per["first_weight"]).mean(dim=0)
     record = {
-        "residual_norm": {"by_layer_first": _rounded(norms[:, :, 0].mean(dim=0), 2),
-                          "by_layer_median_others": _rounded(norms[:, :, 1:].median(dim=-1).values.mean(dim=0), 2),
-                          "ratio_by_layer": _rounded(ratios.mean(dim=0), 2), "ratio_by_layer_by_passage": _rounded(ratios, 2),
-                          "by_position_at_peak": _rounded(norms[:, peak].mean(dim=0), 2)},
+        "residual_norm": {"by_layer_first": rounded(norms[:, :, 0].mean(dim=0), 2),
+                          "by_layer_median_others": rounded(norms[:, :, 1:].median(dim=-1).values.mean(dim=0), 2),
+                          "ratio_by_layer": rounded(ratios.mean(dim=0), 2), "ratio_by_layer_by_passage": rounded(ratios, 2),
+                          "by_position_at_peak": rounded(norms[:, peak].mean(dim=0), 2)},
         "massive": {"peak_layer": peak, "feature": feature, "feature_share": round(share.item(), 4),
                     "feature_value": round(first[:, peak, feature].mean().item(), 2),
                     "feature_median_others": None, "other_features_median": round(_other_features(first[:, peak], feature)
@@ -225,10 +218,10 @@ def _measure(model, passages, progress=print):
                     "writer_attention_norm": round(torch.stack(per["attn_add"])[:, writer].mean().item(), 2),
                     "writer_mlp_norm": round(torch.stack(per["mlp_add"])[:, writer].mean().item(), 2),
                     "writer_mlp_norm_others": round(torch.stack(per["mlp_others"])[:, writer].mean().item(), 2)},
-        "short_key": {"attention_input_ratio": _rounded(torch.stack(per["normed"]).mean(dim=0)),
-                      "key_ratio": _rounded(torch.stack(per["key"]).mean(dim=0)),
-                      "value_ratio": _rounded(torch.stack(per["value"]).mean(dim=0))},
-        "heads": {"largest_logit": _rounded(largest, 2), "first_token_weight": _rounded(first_weight),
+        "short_key": {"attention_input_ratio": rounded(torch.stack(per["normed"]).mean(dim=0)),
+                      "key_ratio": rounded(torch.stack(per["key"]).mean(dim=0)),
+                      "value_ratio": rounded(torch.stack(per["value"]).mean(dim=0))},
+        "heads": {"largest_logit": rounded(largest, 2), "first_token_weight": rounded(first_weight),
                   "weights_check": float(f"{max(per['check']).item():.2e}")},
         "clip": [_clipped(largest, first_weight, threshold) for threshold in THRESHOLDS],
     }
@@ -250,10 +243,10 @@ def _measure(model, passages, progress=print):
     progress(f"[{time.perf_counter() - started:5.0f} s] replacement: {sum(untouched) / len(untouched):.3f} untouched, "
              f"{sum(arms['first_replaced']) / len(passages):.3f} first position replaced after layer {writer}")
     record["replacement"] = {
-        "layer": writer + 1, "after_layer": writer, "feature": feature, "untouched": _rounded(untouched),
-        **{name: _rounded(losses) for name, losses in arms.items()},
-        "control_position": control, "untouched_control": _rounded(untouched_control),
-        "control_replaced": _rounded(controlled),
+        "layer": writer + 1, "after_layer": writer, "feature": feature, "untouched": rounded(untouched),
+        **{name: rounded(losses) for name, losses in arms.items()},
+        "control_position": control, "untouched_control": rounded(untouched_control),
+        "control_replaced": rounded(controlled),
         **{f"{name.removeprefix('first_')}_minus_untouched" if name != "first_replaced" else "first_minus_untouched":
            _interval(losses, untouched) for name, losses in arms.items()},
         "control_minus_untouched": _interval(controlled, untouched_control),

@@ -39,7 +39,7 @@ from torch.nn import functional
 from attn.common.stats import paired_interval
 from attn.common.validate import is_whole_number, require_callable, require_token_ids, type_name
 from attn.experiments.austen_heads import check_course_decoder
-from attn.experiments.records import check_out, settings_for, shipped_record, sized_command, write_record
+from attn.experiments.records import check_out, rounded, settings_for, shipped_record, sized_command, write_record
 from attn.experiments.topk_reading import (
     MIN_GAIN,
     SINK_TOKENS,
@@ -85,14 +85,6 @@ SIZES = {
 TINY_MODEL = {"vocab_size": 64, "context_length": 32, "embed_dim": 16, "num_heads": 2, "num_kv_heads": 1,
               "num_layers": 2, "mlp_hidden_dim": 32, "rotary_base": 10000.0}
 
-
-def _rounded(values, digits=4):
-    """A tensor, list or float as nested lists of floats rounded to ``digits`` decimals."""
-    if isinstance(values, torch.Tensor):
-        values = values.tolist()
-    if isinstance(values, list | tuple):
-        return [_rounded(value, digits) for value in values]
-    return round(float(values), digits)
 
 
 # Head types ------------------------------------------------------------------------------------------------------
@@ -184,14 +176,14 @@ def _by_type(table, types):
         rows = [index for index, kind in enumerate(flat) if kind == name]
         counts[name] = len(rows)
         if rows:
-            means[name] = _rounded(values[rows].mean(dim=0))
-    means["all"] = _rounded(values.mean(dim=0))
+            means[name] = rounded(values[rows].mean(dim=0))
+    means["all"] = rounded(values.mean(dim=0))
     return means, counts
 
 
 def _losses_summary(per_passage, dense, late_from):
     """Per-passage means over all predictions and over the predictions from position ``late_from`` on."""
-    return {"all": _rounded(per_passage.mean(dim=1)), f"from_{late_from}": _rounded(per_passage[:, late_from:].mean(dim=1)),
+    return {"all": rounded(per_passage.mean(dim=1)), f"from_{late_from}": rounded(per_passage[:, late_from:].mean(dim=1)),
             "minus_dense": _interval(dense.mean(dim=1), per_passage.mean(dim=1))}
 
 
@@ -243,10 +235,10 @@ def measure(model, passages, train_passages, valid_passages, types, settings, pr
                        "counts": counts, "by_layer_and_head": types},
         "mass": {"queries": "each query that sees more than k keys (positions k .. T - 1 of every passage)",
                  "topk_by_type": mass_by_type, "window_by_type": window_by_type,
-                 "topk_by_layer_and_head": _rounded(dense["topk"]), "window_by_layer_and_head": _rounded(dense["window"])},
+                 "topk_by_layer_and_head": rounded(dense["topk"]), "window_by_layer_and_head": rounded(dense["window"])},
     }
-    losses = {"dense": {"all": _rounded(dense_losses.mean(dim=1)),
-                        f"from_{late_from}": _rounded(dense_losses[:, late_from:].mean(dim=1))}}
+    losses = {"dense": {"all": rounded(dense_losses.mean(dim=1)),
+                        f"from_{late_from}": rounded(dense_losses[:, late_from:].mean(dim=1))}}
     for arm in ("oracle", "window"):
         losses[arm] = {}
         for k in top_ks:
@@ -279,10 +271,10 @@ def measure(model, passages, train_passages, valid_passages, types, settings, pr
                                                       "eval_every", "patience", "max_steps", "learning_rate")},
         "min_gain": MIN_GAIN, "input": "the layer's normed input (SmolLM2 has no query latent): queries and keys both",
         "training": training,
-        "held_out_kl_by_passage": {str(layer): _rounded(values) for layer, values in dense["kl"].items()},
-        "mass": {str(layer): {"indexer": _rounded(parts["indexer"]), "shared_oracle": _rounded(parts["shared_oracle"]),
-                              "per_head_oracle": _rounded(dense["topk"][layer].mean(dim=0)),
-                              "window": _rounded(dense["window"][layer].mean(dim=0))}
+        "held_out_kl_by_passage": {str(layer): rounded(values) for layer, values in dense["kl"].items()},
+        "mass": {str(layer): {"indexer": rounded(parts["indexer"]), "shared_oracle": rounded(parts["shared_oracle"]),
+                              "per_head_oracle": rounded(dense["topk"][layer].mean(dim=0)),
+                              "window": rounded(dense["window"][layer].mean(dim=0))}
                  for layer, parts in dense["shared"].items()},
         "top_ks": list(settings["indexer_top_ks"]), "loss": indexer_losses,
     }

@@ -159,6 +159,7 @@ EXPERIMENT_SUPPORT = {
     "smollm2_reading_checks": "smollm2_reading's argument checks",
     "topk_reading": "smollm2_sparse's measures",
     "sink_austen_words": "sink_austen's definitions, interval and claim words, Bonferroni family and text",
+    "kept_runs": "runs a command's trainings over forked workers, keeping each finished run (sink_austen)",
 }
 
 

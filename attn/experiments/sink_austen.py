@@ -1,49 +1,43 @@
 """Lesson 13's Austen model, scaled down, with each design of lesson 22 in place of its attention (lesson 22).
 
-    python -m attn.experiments.sink_austen --out lessons/records     # about 15 minutes, one thread
+    python -m attn.experiments.sink_austen --out lessons/records     # hours of CPU: see below
     python -m attn.experiments.sink_austen --out DIR --size tiny     # seconds (needs the corpus)
 
-Lesson 13's recipe (attn.models.lm: tied embeddings, pre-norm blocks, rotary positions, AdamW with warm-up
-and a cosine fall, the shipped 4096-token tokenizer, Persuasion held out) took 35 minutes for one model, so
-the model here is scaled down until ONE run takes about 25 seconds of one thread: ``SIZES['full']`` (embedding
-64, 2 layers, 4 heads, context 64, 300 steps of 16 windows). The brief asked for about 2 minutes a run; at
-context 128 a step took 0.18 s of CPU, at 64 0.07 s, and the session's CPU, shared by five, left about 8 minutes
-of one thread for all 18 runs, so both the context and the steps were cut: these models are far from trained
-(their held-out loss is in the record), which limits what they can say about sinks.
+Lesson 13's recipe (attn.models.lm: tied embeddings, pre-norm blocks, rotary positions, AdamW with warm-up and a
+cosine fall to a tenth, the shipped 4096-token tokenizer, Persuasion held out), scaled down to fit a CPU.
+
+The ladder. The lesson's first record trained 2 layers of 4 heads at context 64 for 300 steps, and no softmax model
+formed a sink (a head giving the first token SINK_WEIGHT of its weight on average, queries from FROM_POSITION on).
+``SIZES['full']['ladder']`` trains softmax alone on each setting tried since, each more likely than the last to form
+one: a beginning-of-text token (one more token id) at position 0 of every window, a longer context and more steps,
+more layers, more and narrower heads. The arms are trained at ``SIZES['full']``'s own settings, past the ladder's last
+rung: the question is what it took for softmax to form a sink, and what each design does then.
+Cost: one run of the arms' settings takes about 25 minutes of one thread (6,000 steps at 0.24 s), 15 of them and the
+ladder about 6.5 CPU-hours; ``workers`` forked processes share them, and every finished run is kept in
+``out``/PARTS_FOLDER (attn.experiments.kept_runs), so an interrupted command, run again, goes on where it stopped.
+
 Every arm is the same AustenLM with each block's attention replaced by one layer with one switch changed
 (``ARMS``): attn.gates.GatedAttention as plain softmax, with the output gate, with a learned sink logit per
 head, or with QK-norm; and attn.gates.DifferentialAttention (its H heads pair into H/2 differential heads of
 the same parameters), with DiffLlama's per-layer lambda_init = 0.8 - 0.6 exp(-0.3 l) (transformers'
-lambda_init_fn, l the 0-based layer index passed to each layer: 0.2 and about 0.36 for two layers). The gate's
-query projection is twice as wide (E^2 more weights a layer), so the gate arm's MLP is narrowed from 4 E to 3.5 E
-hidden features, which takes as many away: the gate arm changes two things (a confound, said in the record's
-text); every arm's parameter count is in the record and within 1% of softmax's.
+lambda_init_fn, l the 0-based layer index). The gate's query projection is twice as wide (E^2 more weights a
+layer), so the gate arm's MLP is narrowed from 4 E to 3.5 E hidden features, which takes as many away: the gate arm
+changes two things (a confound, said in the record's text); every arm's parameter count is within 1% of softmax's.
 
 Measured for each arm and seed: the held-out loss (Persuasion); at checkpoints during training, the mean
 weight each layer's queries (positions FROM_POSITION onward) give the first token and the largest attention
 logit by layer, on PROBE held-out windows; at the end, the same by layer and head, the largest residual
 activation (max |x| of the stream after each block) and the first position's residual norm over the median
-position's, by layer. The sink arm's weight sent to its sink logit and the gate's mean opening are recorded too,
-at every checkpoint as well as the held-out loss (the loss curve). Differential attention's first-token weight is
-that of its combined map A1 - lambda A2 divided by its row sum 1 - lambda (rows of the combined map sum to
-1 - lambda, not 1), so that it compares with the others'; its lambda per layer is recorded.
-
-Beside the losses: a count-based baseline with the same tokenizer, the unigram and the add-k bigram (counts from
-the training novels, k chosen from BIGRAM_KS on the last tenth of them), scored on the same held-out windows.
-The claims' words: "lower after N steps, early in training", "higher after ...", "not distinguishable after ...";
-never "held": these models are too young to test a paper's claim about trained models. A claim is "not testable"
-where the softmax baseline lacks the thing removed (no sink: no head at SINK_WEIGHT; no massive activation: the
-first position's norm never MASSIVE_RATIO times the median's). With few seeds, the loss comparisons (one per arm)
-are a family: their Bonferroni-adjusted intervals are given too.
-
-A sink "formed" when some head gives the first token at least SINK_WEIGHT of its weight on average. If the
-softmax baseline forms none, the command trains the softmax model again with the variant that makes a sink
-most likely within the budget: a beginning-of-text token (one more token id) at position 0 of every window,
-and says whether a sink formed then.
+position's, by layer. The sink arm's weight sent to its sink logit and the gate's mean opening are recorded too.
+Differential attention's first-token weight is that of its combined map A1 - lambda A2 divided by its row sum
+1 - lambda, so that it compares with the others'; its lambda per layer is recorded. Beside the losses: the unigram
+and the add-k bigram with the same tokenizer, scored on the same held-out windows. The claims' words say when
+("lower after N steps, early in training"), never "held"; a claim is "not testable" where the softmax baseline lacks
+the thing removed (see attn.experiments.sink_austen_words); the loss comparisons are a family (Bonferroni).
 
 The record, ``sink_austen.json`` (schema):
 
-- ``size``, ``settings``, ``arms`` (each arm's layer options), ``parameters`` {arm: count},
+- ``size``, ``settings`` (with its ``ladder``), ``arms`` (each arm's layer options), ``parameters`` {arm: count},
   ``parameter_spread`` (largest |count / softmax's - 1|), ``sink_weight`` (the threshold), ``text``;
 - ``from_position``, ``even_spread`` (the first-token weight of even rows over those queries: mean of 1 / (i + 1)),
   ``even_sink_share`` (a sink logit of 0 on even rows: mean of 1 / (i + 2) over every query), ``massive_ratio``;
@@ -51,30 +45,29 @@ The record, ``sink_austen.json`` (schema):
 - ``runs[arm]``: lists with one entry per seed: ``held_out_loss``; ``checkpoints`` {``step``: [...],
   ``held_out_loss``: [per checkpoint], ``first_token_weight``: [[per layer] per checkpoint], ``largest_logit``:
   [[per layer] per checkpoint], ``sink_share``, ``gate_mean`` ([[per layer] per checkpoint] or null)} per seed;
-  ``lambda`` [layer] (differential; else null);
-  ``first_token_weight`` (final, [layer][head]), ``largest_logit`` [layer], ``largest_activation`` [layer],
-  ``first_position_norm_ratio`` [layer], ``sink_share`` [layer] (sink arm; else null), ``gate_mean`` [layer]
-  (gate arm; else null), ``sink_formed`` (bool), ``seconds``;
+  ``lambda`` [layer] (differential; else null); ``first_token_weight`` (final, [layer][head]), ``largest_logit``
+  [layer], ``largest_activation`` [layer], ``first_position_norm_ratio`` [layer], ``sink_share`` [layer] (sink arm;
+  else null), ``gate_mean`` [layer] (gate arm; else null), ``sink_formed`` (bool), ``seconds``;
+- ``ladder``: [{"what", "settings" (the rung's whole settings), "runs": {"softmax": as runs}}] in the order tried;
 - ``intervals[arm]`` for every arm but softmax, arm minus softmax over seeds (attn.common.stats.paired_interval):
   ``held_out_loss``, ``first_token_weight`` (the largest head's), ``largest_logit`` and ``largest_activation``
-  (their largest layer), each {"mean", "low", "high", "words"}; ``claims[arm]``: for the papers' claims (lower
-  loss, no sink, no massive activations: ``CLAIMS``) "held" (interval below 0), "not held" (above) or "not
-  distinguishable" after N steps, or "not testable: ..." (see above); ``bonferroni``: {``family`` (the number of
-  loss comparisons), ``level``, ``held_out_loss``: {arm: {mean, low, high, words}}};
-- ``variant``: null if the baseline formed a sink, else {"what", "runs": {"softmax": as runs}}, and if that formed
-  none either, ``longer``: {"what", "settings" (SIZES[size]["longer"]), "runs": {"softmax": as runs}}: the
-  beginning-of-text token with a longer context and more steps;
-- ``seconds``, ``provenance``.
+  (their largest layer), each {"mean", "low", "high", "words"}; ``claims[arm]`` (``CLAIMS``); ``bonferroni``:
+  {``family`` (the number of loss comparisons), ``level``, ``held_out_loss``: {arm: {mean, low, high, words}}};
+- ``seconds`` (wall), ``cpu_seconds`` (this process and its workers), ``provenance``.
 """
 
 import math
+import resource
+import shutil
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional
 
 from attn.common.validate import require_callable
+from attn.experiments.kept_runs import each_kept
 from attn.experiments.records import check_out, settings_for, sized_command, write_record
 from attn.experiments.sink_austen_words import (
     FROM_POSITION,
@@ -97,6 +90,7 @@ from attn.multihead import split_heads
 from attn.positions import apply_rotary
 
 RESULTS_NAME = "sink_austen.json"
+PARTS_FOLDER = "sink_austen_parts"  # finished runs, kept until the record is written
 COMMAND = "python -m attn.experiments.sink_austen"
 ARMS = {
     "softmax": {"layer": "GatedAttention", "gate": False, "qk_norm": False, "normalize": "softmax"},
@@ -106,14 +100,23 @@ ARMS = {
     "differential": {"layer": "DifferentialAttention"},
 }
 SIZES = {
-    "full": {"embed_dim": 64, "num_heads": 4, "num_layers": 2, "context_length": 64, "batch_size": 16, "steps": 300,
-             "learning_rate": 2.5e-3, "warmup_steps": 30, "weight_decay": 0.1, "seeds": 3, "checkpoint_every": 50,
-             "probe_windows": 8, "eval_windows": 64, "longer": {"context_length": 128, "steps": 1200, "checkpoint_every": 200,
-                                                          "seeds": 1}},
+    "full": {"embed_dim": 64, "num_heads": 8, "num_layers": 4, "context_length": 128, "batch_size": 16, "steps": 6000,
+             "learning_rate": 2.5e-3, "warmup_steps": 100, "weight_decay": 0.1, "seeds": 3, "checkpoint_every": 500,
+             "probe_windows": 8, "eval_windows": 64, "bos": True, "workers": 2,
+             "ladder": [  # softmax alone, each rung more likely than the last to form a sink
+                 {"what": "the lesson's first model: 2 layers of 4 heads, context 64, 300 steps", "num_layers": 2,
+                  "num_heads": 4, "context_length": 64, "steps": 300, "warmup_steps": 30, "checkpoint_every": 50,
+                  "bos": False, "seeds": 3},
+                 {"what": "the same with a beginning-of-text token", "num_layers": 2, "num_heads": 4, "context_length": 64,
+                  "steps": 300, "warmup_steps": 30, "checkpoint_every": 50, "seeds": 3},
+                 {"what": "with the token, context 128 and 1,200 steps", "num_layers": 2, "num_heads": 4, "steps": 1200,
+                  "warmup_steps": 30, "checkpoint_every": 200, "seeds": 1},
+                 {"what": "4 layers of 4 heads, 3,000 steps", "num_heads": 4, "steps": 3000, "seeds": 1},
+                 {"what": "4 layers of 8 heads (8 features each), 3,000 steps", "steps": 3000, "seeds": 1}]},
     "tiny": {"embed_dim": 16, "num_heads": 2, "num_layers": 2, "context_length": 24, "batch_size": 4, "steps": 6,
              "learning_rate": 2.5e-3, "warmup_steps": 2, "weight_decay": 0.1, "seeds": 2, "checkpoint_every": 3,
-             "probe_windows": 2, "eval_windows": 4, "longer": {"context_length": 32, "steps": 8, "checkpoint_every": 4,
-                                                         "seeds": 1}},
+             "probe_windows": 2, "eval_windows": 4, "bos": True, "workers": 1,
+             "ladder": [{"what": "no beginning-of-text token, 4 steps", "bos": False, "steps": 4, "seeds": 1}]},
 }
 
 
@@ -313,8 +316,8 @@ def _load_data():
     return token_tensor(tokenizer, training_texts), token_tensor(tokenizer, [held_out_text]), tokenizer.vocab_size
 
 
-def _measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
-    """Every arm over the size's seeds, and the variant if the softmax baseline formed no sink."""
+def _measure(size="full", progress=print, data=None, arms=tuple(ARMS), parts=None):
+    """The ladder's softmax runs, then every arm over the size's seeds at the size's settings; the record."""
     settings = settings_for(SIZES, size)
     require_callable("progress", progress)
     started = time.perf_counter()
@@ -327,50 +330,70 @@ def _measure(size="full", progress=print, data=None, arms=tuple(ARMS)):
                               data[2])
     progress(f"[{time.perf_counter() - started:5.0f} s] count baseline: unigram {baseline['unigram']}, add-{baseline['k']} "
              f"bigram {baseline['bigram']}")
-    runs, parameters = {}, {}
-    for arm in arms:
-        results = []
-        for seed in range(settings["seeds"]):
-            results.append(_train_arm(arm, seed, settings, data))
-            progress(f"[{time.perf_counter() - started:5.0f} s] {arm:>12} seed {seed}: held-out loss "
-                     f"{results[-1]['held_out_loss']}, first-token weight {results[-1]['first_token_weight']}")
-        runs[arm], parameters[arm] = _gathered(results), results[0]["parameters"]
+    rungs = [_rung(settings, rung) for rung in settings["ladder"]]
+    arm_jobs = [(("arm", arm), arm, seed, settings) for arm in arms for seed in range(settings["seeds"])]
+    jobs = [job for job in arm_jobs if job[1] == "softmax"]  # softmax first: does it form a sink at all?
+    jobs += [(("ladder", index), "softmax", seed, rung) for index, rung in enumerate(rungs) for seed in range(rung["seeds"])]
+    jobs += [job for job in arm_jobs if job[1] != "softmax"]
+    found = {}
+    for (where, arm, seed, _), result in zip(jobs, _each_job(jobs, data, settings["workers"], parts, progress), strict=True):
+        found.setdefault(where, []).append(result)
+        label = arm if where[0] == "arm" else f"ladder {where[1]}"
+        progress(f"[{time.perf_counter() - started:5.0f} s] {label:>12} seed {seed}: held-out loss "
+                 f"{result['held_out_loss']}, first-token weight {result['first_token_weight']}")
+    runs = {arm: _gathered(found["arm", arm]) for arm in arms}
+    parameters = {arm: found["arm", arm][0]["parameters"] for arm in arms}
     record = {"size": size, "settings": settings, "arms": {arm: ARMS[arm] for arm in arms}, "parameters": parameters,
               "parameter_spread": round(max(abs(count / parameters["softmax"] - 1) for count in parameters.values()), 5),
               "sink_weight": SINK_WEIGHT, "from_position": FROM_POSITION, **_even_rows(settings["context_length"]),
-              "massive_ratio": MASSIVE_RATIO, "baseline": baseline, "runs": runs,
-              "intervals": _intervals(runs), "variant": None}
+              "massive_ratio": MASSIVE_RATIO, "baseline": baseline, "runs": runs, "intervals": _intervals(runs),
+              "ladder": [{"what": rung["what"], "settings": rung, "runs": {"softmax": _gathered(found["ladder", index])}}
+                         for index, rung in enumerate(rungs)]}
     record["claims"] = _claims(record["intervals"], any(runs["softmax"]["sink_formed"]), settings["steps"],
                               _massive(runs["softmax"]))
     record["bonferroni"] = _bonferroni(runs)
-    if not any(runs["softmax"]["sink_formed"]):
-        bos = data[2]
-        results = []
-        for seed in range(settings["seeds"]):
-            results.append(_train_arm("softmax", seed, settings, data, bos=bos))
-            progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text seed {seed}: first-token "
-                     f"weight {results[-1]['first_token_weight']}")
-        record["variant"] = {"what": "a beginning-of-text token (a new token id, one more embedding row) at position 0 of every "
-                                     "window, the same steps and context", "runs": {"softmax": _gathered(results)}}
-        if not any(record["variant"]["runs"]["softmax"]["sink_formed"]):
-            longer = {**settings, **settings["longer"]}
-            results = [_train_arm("softmax", seed, longer, data, bos=bos) for seed in range(longer["seeds"])]
-            progress(f"[{time.perf_counter() - started:5.0f} s] softmax + beginning-of-text, longer: first-token weight "
-                     f"{results[-1]['first_token_weight']}")
-            record["variant"]["longer"] = {
-                "what": f"the beginning-of-text token with context {longer['context_length']} and {longer['steps']} steps "
-                        f"({longer['seeds']} seed{'s' if longer['seeds'] > 1 else ''})",
-                "settings": settings["longer"], "runs": {"softmax": _gathered(results)}}
-    record["text"] = _text(record)
     record["seconds"] = round(time.perf_counter() - started, 1)
+    record["cpu_seconds"] = round(_cpu_seconds())
+    record["text"] = _text(record)
     return record
 
 
+def _rung(settings, rung):
+    """One rung of the ladder: the size's settings with the rung's own (a smaller model, fewer steps, no BOS...)."""
+    return {**{name: value for name, value in settings.items() if name not in ("ladder", "workers")}, **rung}
+
+
+def _cpu_seconds():
+    """CPU seconds of this process and of the workers it waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+TRAINING_KEYS = ("embed_dim", "num_heads", "num_layers", "context_length", "batch_size", "steps", "learning_rate",
+                 "warmup_steps", "weight_decay", "checkpoint_every", "probe_windows", "eval_windows", "bos")
+
+
+def _each_job(jobs, data, workers, parts=None, progress=print):
+    """Every job's result, in order (attn.experiments.kept_runs: over forked workers, each finished run kept in
+    ``parts`` so that an interrupted command goes on where it stopped)."""
+    def train(index):
+        _, arm, seed, settings = jobs[index]
+        return _train_arm(arm, seed, settings, data, bos=data[2] if settings["bos"] else None)
+
+    names = [f"{kind}-{name}-seed{seed}" for (kind, name), _, seed, _ in jobs]
+    settings = [{**{key: job[3][key] for key in TRAINING_KEYS}, "seed": job[2], "arm": job[1]} for job in jobs]
+    return each_kept(train, names, settings, workers, parts, progress)
+
+
 def run(out, size="full", progress=print):
-    """Measure and write ``out``/RESULTS_NAME; returns the record. ``out`` and ``size`` are checked before any work."""
+    """Measure and write ``out``/RESULTS_NAME; returns the record. ``out`` and ``size`` are checked before any work.
+    Finished runs are kept in ``out``/PARTS_FOLDER until the record is written (a second call goes on from them)."""
     check_out(out)
     settings_for(SIZES, size)
-    return write_record(out, RESULTS_NAME, _measure(size, progress), COMMAND, size)
+    parts = Path(out) / PARTS_FOLDER
+    record = write_record(out, RESULTS_NAME, _measure(size, progress, parts=parts), COMMAND, size)
+    shutil.rmtree(parts, ignore_errors=True)
+    return record
 
 
 DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output gate, a sink logit, QK-norm and "
@@ -378,8 +401,8 @@ DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output g
 
 
 def main(argv=None):
-    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 15 minutes", "tiny": "seconds"},
-                                run, argv)
+    cost = {"full": "about 6.5 CPU-hours over its workers; run again, it goes on", "tiny": "seconds"}
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, cost, run, argv)
     print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
 
 

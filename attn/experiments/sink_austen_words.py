@@ -104,16 +104,16 @@ def _text(record):
     settings, runs = record["settings"], record["runs"]
     steps = settings["steps"]
     losses = {arm: _mean(run["held_out_loss"]) for arm, run in runs.items()}
-    lines = [f"The model is lesson 13's scaled down so that one run takes about 25 seconds of one thread "
-             "(the brief's 2 minutes did not fit the session's shared CPU): "
-             f"embedding {settings['embed_dim']}, {settings['num_layers']} layers, {settings['num_heads']} heads, "
-             f"context {settings['context_length']}, {steps} steps of {settings['batch_size']} windows, "
-             f"{settings['seeds']} seeds; parameters equal within {record['parameter_spread']:.2%}.",
-             f"These models are young: held-out losses from {min(losses.values()):.2f} to {max(losses.values()):.2f} nats "
-             f"a token, against {record['baseline']['bigram']:.2f} for a count-based add-{record['baseline']['k']:g} "
-             f"bigram with the same tokenizer (unigram {record['baseline']['unigram']:.2f}); the cosine schedule, not "
-             "convergence, flattens their loss at the end. Every comparison below is after "
-             f"{steps} steps, early in training; none tests a paper's claim about trained models."]
+    bos = ", a beginning-of-text token at position 0 of every window" if settings["bos"] else ""
+    lines = [f"The model is lesson 13's recipe scaled down to fit a CPU: embedding {settings['embed_dim']}, "
+             f"{settings['num_layers']} layers, {settings['num_heads']} heads, context {settings['context_length']}, "
+             f"{steps} steps of {settings['batch_size']} windows{bos}, {settings['seeds']} seeds; parameters equal within "
+             f"{record['parameter_spread']:.2%}; {record['cpu_seconds'] / 60:.0f} CPU-minutes for the whole record.",
+             f"Held-out losses from {min(losses.values()):.2f} to {max(losses.values()):.2f} nats a token, against "
+             f"{record['baseline']['bigram']:.2f} for a count-based add-{record['baseline']['k']:g} bigram with the same "
+             f"tokenizer (unigram {record['baseline']['unigram']:.2f}); the cosine schedule, not convergence, flattens "
+             f"their loss at the end. Every comparison below is after {steps} steps of small models, early in training "
+             "by a real model's measure; none tests a paper's claim about trained models."]
     for arm, found in record["intervals"].items():
         lines.append(f"{arm}: held-out loss {_said(found['held_out_loss'])}; first-token weight (largest head) "
                      f"{found['first_token_weight']['words']}; largest logit {_said(found['largest_logit'])}; largest "
@@ -148,15 +148,16 @@ def _text(record):
     lines.append("Seeds whose model formed a sink (a head with at least "
                  f"{SINK_WEIGHT} of its weight on the first token): "
                  + ", ".join(f"{arm} {count} of {len(runs[arm]['sink_formed'])}" for arm, count in formed.items()) + ".")
-    if record["variant"] is not None:
-        count = sum(record["variant"]["runs"]["softmax"]["sink_formed"])
-        lines.append(f"The softmax baseline formed no sink, so it was trained again with {record['variant']['what']}: "
-                     f"{count} of {len(record['variant']['runs']['softmax']['sink_formed'])} seeds formed one.")
-        if "longer" in record["variant"]:
-            longer = record["variant"]["longer"]
-            count = sum(longer["runs"]["softmax"]["sink_formed"])
-            lines.append(f"Then with {longer['what']}: {count} of {len(longer['runs']['softmax']['sink_formed'])} formed one.")
+    rungs = [f"{rung['what']}: {_formed(rung['runs']['softmax'])}" for rung in record["ladder"]]
+    lines.append("Before the arms, softmax alone was trained on a ladder of settings, each more likely than the last to "
+                 "form a sink: " + "; ".join(rungs) + f". At the arms' settings, softmax: {_formed(runs['softmax'])}.")
     return lines
+
+
+def _formed(run):
+    """'a sink in k of n seeds (largest head's first-token weight w)' for one setting's runs."""
+    largest = max(max(max(heads) for heads in layers) for layers in run["first_token_weight"])
+    return f"a sink in {sum(run['sink_formed'])} of {len(run['sink_formed'])} seeds (largest head {largest:.3f})"
 
 
 def _even_rows(length):

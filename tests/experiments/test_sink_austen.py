@@ -64,7 +64,7 @@ def test_the_attention_refuses_what_it_does_not_run():
 def without_seconds(value):
     """``value`` (a record) with every "seconds" entry, at any depth, left out."""
     if isinstance(value, dict):
-        return {key: without_seconds(item) for key, item in value.items() if key != "seconds"}
+        return {key: without_seconds(item) for key, item in value.items() if key not in ("seconds", "cpu_seconds")}
     return [without_seconds(item) for item in value] if isinstance(value, list) else value
 
 
@@ -79,6 +79,15 @@ def test_the_tiny_run_on_a_stand_in_corpus_is_deterministic():
         sink_austen._measure("huge", data=stand_in_data())
 
 
+def test_forked_workers_give_what_one_process_gives():
+    data = stand_in_data()
+    settings = sink_austen._rung(SETTINGS, {"what": "two seeds", "steps": 3})
+    jobs = [(("arm", arm), arm, seed, settings) for arm in ("softmax", "gate") for seed in range(2)]
+    alone = [without_seconds(result) for result in sink_austen._each_job(jobs, data, 1)]
+    forked = [without_seconds(result) for result in sink_austen._each_job(jobs, data, 2)]
+    assert forked == alone and alone[0] != alone[1]
+
+
 def test_the_shipped_record_follows_its_schema():
     record = json.loads(RECORD.read_text())
     assert list(record["runs"]) == list(sink_austen.ARMS) and record["parameter_spread"] < 0.01
@@ -89,7 +98,10 @@ def test_the_shipped_record_follows_its_schema():
     for found in record["intervals"].values():
         for interval in found.values():
             assert interval["words"] == sink_austen_words.words(interval["mean"], interval["low"], interval["high"])
-    assert (record["variant"] is None) == any(record["runs"]["softmax"]["sink_formed"])
+    ladder = record["ladder"]
+    assert ladder and all(rung["settings"]["seeds"] == len(rung["runs"]["softmax"]["sink_formed"]) for rung in ladder)
+    assert all(not any(rung["runs"]["softmax"]["sink_formed"]) for rung in ladder)  # the arms' settings come after
+    assert any(record["runs"]["softmax"]["sink_formed"]), "the arms are trained where softmax forms a sink"
     softmax = record["runs"]["softmax"]
     assert record["claims"] == sink_austen_words._claims(record["intervals"], any(softmax["sink_formed"]),
                                                   record["settings"]["steps"], sink_austen_words._massive(softmax))

@@ -78,32 +78,15 @@ def _build_book(output):
     return output / "_build" / "html"
 
 
-# pytest-xdist's loadscope hands out units (a module, or a class of tests) in the order of this list when
-# --no-loadscope-reorder is given (pyproject.toml; by default it would sort them by their number of tests), and a
-# worker takes the next unit when it is nearly done with its own. The longest units go first, so that what is left
-# at the end is short and both workers finish together: the browser test's two widths (each opens every page of
-# the book, about a minute a width) and then the rest of it, the modules with the slowest set-ups (a real model
-# loaded twice, a model retrained, the GPU suite's dry run, JupyterLab, the hostile sweep), the lessons' notebooks
-# (a kernel each, 3 to 15 s), the book-build checks (the book is built once, by whichever worker asks first), and
-# after them everything else in the order collected. `make test` prints the ten slowest tests: one that grows
-# belongs here.
-FIRST = (
-    "tests/book/test_browser.py::TestEveryPageOnADesktop",
-    "tests/book/test_browser.py::TestEveryPageOnAPhone",
-    "tests/book/test_browser.py",
-    "tests/models/test_pretrained_model.py",
-    "tests/models/test_induction.py",
-    "tests/measure/test_gpu_measurement.py",
-    "tests/course/test_jupyterlab.py",
-    "tests/measure/test_gpu_suite.py",
-    "tests/test_hostile_sweep.py",
-    "lessons/",
-    "tests/book/test_book_build.py",
-)
+# The slowest module (the browser test, which opens every page at two widths) starts first, so that the other
+# worker runs everything else meanwhile instead of the suite waiting on it at the end (pytest-xdist's
+# loadscope hands out modules in collection order). The book-build checks come next: they share its build.
+FIRST = ("tests/book/test_browser.py", "tests/book/test_book_build.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
     def rank(item):
-        return next((index for index, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
+        path = item.nodeid.split("::", 1)[0]
+        return FIRST.index(path) if path in FIRST else len(FIRST)
 
     items.sort(key=rank)  # stable: the order within and after them is kept

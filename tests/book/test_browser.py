@@ -14,7 +14,8 @@ Every page is opened at 1280x800 and at 390x844 (device scale factor 3) and chec
 - the previous/next links at the foot of the page fit the screen (on a phone they were cut at the right);
 - the axe-core accessibility engine (axe-playwright-python's copy, pinned in requirements.txt) finds nothing
   critical or serious, in the same visit: every rule at the desktop width; at the phone width every rule but the
-  colour ones on one page of each template, and on every other page the rules the width can change (see AXE).
+  colour ones on one page of each template, and on every other page the rules the width can change; the colour
+  rules on the few pages that between them show every colour pair of text any page shows (see AXE).
 
 Legibility of figures. The course style (attn.common.plotting) writes no text smaller than SMALLEST_FONT_PT
 (10 pt) and saves PNGs at PNG_DPI (200 dpi), so the smallest text is 10 / 72 * 200 = 27.8 pixels high in
@@ -248,19 +249,26 @@ CODE_FIT = """([short, desktop]) => {
 # markup (a reader's screen reader gets MathJax's own speech text), and it is a third of a lesson's elements.
 # No preloading: axe would fetch the stylesheets again, and resolves the theme's @import against the wrong
 # folder (a 404 that the page itself never makes); only css-orientation-lock needs them.
-# Colour contrast is by far the slowest rule, and it does not depend on the width: it runs at the desktop width
-# only, as does the next slowest colour rule, link-in-text-block (a link told from its sentence by colour or
-# underline: the same stylesheet at every width). At the desktop width the code cells' inputs are left out (their
-# syntax colours are the same on every page and test_code_colours_have_contrast_in_both_modes checks them once, in
-# both colour modes). At the phone width every rule but the colour ones runs on the pages of PHONE_FULL_AXE, one of
-# each template (the book's pages, a lesson with widgets, a lesson with wide formulas and code): the phone's own
-# chrome (the header's buttons, the drawer) is the same on every page. Every other page runs, at the phone width, the
-# rules whose outcome the width can change: a region that scrolls must take the keyboard's focus, touch targets
+# Colour contrast is by far the slowest rule (three quarters of axe's time on a page), and it does not depend on the
+# width: it runs at the desktop width only, as does the next slowest colour rule, link-in-text-block (a link told
+# from its sentence by colour or underline), and only on the pages of COLOUR_PAGES. Every other page's colours are
+# the same stylesheet's: test_every_colour_of_text_is_checked_for_contrast_somewhere holds that every pair of text
+# colour and background (and text size, large or not) that any page shows appears on a page of COLOUR_PAGES, so a
+# page that brings a colour of its own fails there, naming it. At the desktop width the code cells' inputs are left
+# out (their syntax colours are the same on every page and test_code_colours_have_contrast_in_both_modes checks them
+# once, in both colour modes). At the phone width every rule but the colour ones runs on the pages of PHONE_FULL_AXE,
+# one of each template (the book's pages, a lesson with widgets, a lesson with wide formulas and code): the phone's
+# own chrome (the header's buttons, the drawer) is the same on every page. Every other page runs, at the phone width,
+# the rules whose outcome the width can change: a region that scrolls must take the keyboard's focus, touch targets
 # must be large enough, and the landmarks the layout moves. One axe run per visit: each run first walks the page.
 PHONE_FULL_AXE = ("book/welcome.html", "lessons/04_softmax_first_output.html", "lessons/20_attention_across_devices.html")
+# The pages whose colours axe checks: between them they show every colour pair the book uses (lesson 1 and the
+# troubleshooting page have the code blocks' syntax colours, lesson 15 a tinted box, the search page its own hint).
+COLOUR_PAGES = (*PHONE_FULL_AXE, "lessons/01_lookup_table.html", "lessons/15_latent_and_linear.html",
+                "book/troubleshooting.html", "search.html")
 WIDTH_RULES = ["scrollable-region-focusable", "target-size", "region", "landmark-unique", "meta-viewport"]
-AXE = """async ([desktop, full, widthRules]) => {
-  const rules = {"color-contrast": {enabled: desktop}, "link-in-text-block": {enabled: desktop},
+AXE = """async ([desktop, full, widthRules, colour]) => {
+  const rules = {"color-contrast": {enabled: colour}, "link-in-text-block": {enabled: colour},
                  "label-content-name-mismatch": {enabled: true}};
   const options = {resultTypes: ["violations"], preload: false, rules: rules};
   if (!full) options.runOnly = {type: "rule", values: widthRules};
@@ -270,6 +278,33 @@ AXE = """async ([desktop, full, widthRules]) => {
                                        first: v.nodes[0].target.join(" ") + " " + v.nodes[0].html.slice(0, 80)}));
 }"""
 
+
+# Every pair of text colour and background a reader sees on the page (folded solutions and code cells' inputs left
+# out, as axe leaves them), with "large" where WCAG's larger text allows less contrast: "rgb(..) on rgb(..)". The
+# background is the nearest one that is not transparent, up the page from the text.
+COLOURS = """() => {
+  const skip = "mjx-container, .cell_input, script, style, noscript";
+  const background = element => {
+    for (let node = element; node; node = node.parentElement) {
+      const colour = getComputedStyle(node).backgroundColor;
+      if (!/rgba\\(.*,\\s*0\\)$|transparent/.test(colour)) return colour;
+    }
+    return "rgb(255, 255, 255)";
+  };
+  const pairs = new Set(), seen = new Set();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const element = walker.currentNode.parentElement;
+    if (!element || seen.has(element) || !walker.currentNode.nodeValue.trim() || element.closest(skip)) continue;
+    seen.add(element);
+    const style = getComputedStyle(element);
+    if (style.visibility !== "visible" || !element.getClientRects().length) continue;
+    const size = parseFloat(style.fontSize), bold = parseInt(style.fontWeight, 10) >= 700;
+    const large = size >= 24 || (size >= 18.66 && bold) ? " (large)" : "";
+    pairs.add(`${style.color} on ${background(element)}${large}`);
+  }
+  return Array.from(pairs).sort();
+}"""
 
 @functools.cache
 def axe_script():
@@ -311,7 +346,9 @@ class Visitor:
         self.problems = []
         self.page.goto(self.base + relative, wait_until="load")
         report = self.page.evaluate(MEASURE)
-        report["axe"] = self.page.evaluate(AXE, [self.desktop, self.desktop or relative in PHONE_FULL_AXE, WIDTH_RULES])
+        colour = self.desktop and relative in COLOUR_PAGES
+        report["axe"] = self.page.evaluate(AXE, [self.desktop, self.desktop or relative in PHONE_FULL_AXE, WIDTH_RULES, colour])
+        report["colours"] = self.page.evaluate(COLOURS) if self.desktop else []
         report["cutOutputs"] = self.page.evaluate(CUT_OUTPUTS)
         report.update(self.page.evaluate(CODE_FIT, [SHORT_CODE, self.desktop]))
         report["problems"] = self.problems
@@ -519,6 +556,21 @@ def test_no_critical_or_serious_accessibility_findings(reports):
             if finding["impact"] in ("critical", "serious") or finding["id"] in FIXED_FINDINGS
         ]
     assert not findings, "\n".join(findings)
+
+
+def test_every_colour_of_text_is_checked_for_contrast_somewhere(reports):
+    # axe's colour rules run on COLOUR_PAGES only (see AXE): every pair of text colour and background shown at the
+    # desktop width on any page must be one that a page of COLOUR_PAGES shows too, where axe checked it.
+    missing = {page for page in COLOUR_PAGES if ("desktop", page) not in reports}
+    assert not missing, f"COLOUR_PAGES names pages the book no longer has: {sorted(missing)}"
+    checked = {pair for page in COLOUR_PAGES for pair in reports["desktop", page]["colours"]}
+    assert len(checked) >= 5, checked
+    unchecked = {}
+    for (_, relative), report in reports.items():
+        for pair in set(report["colours"]) - checked:
+            unchecked.setdefault(pair, relative)
+    assert not unchecked, "colours that axe's contrast rule never saw (add the page to COLOUR_PAGES):\n" + "\n".join(
+        f"{pair}, first on {page}" for pair, page in sorted(unchecked.items()))
 
 
 def open_page(browser, settings, url):

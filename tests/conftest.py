@@ -78,32 +78,8 @@ def _build_book(output):
     return output / "_build" / "html"
 
 
-# pytest-xdist's loadscope hands out units (a module, or a class of tests) in the order of this list when
-# --no-loadscope-reorder is given (pyproject.toml; by default it would sort them by their number of tests), and a
-# worker takes the next unit when it is nearly done with its own. The longest units go first, so that what is left
-# at the end is short and both workers finish together: the browser test's two widths (each opens every page of
-# the book, about a minute a width) and then the rest of it, the modules with the slowest set-ups (a real model
-# loaded twice, a model retrained, the GPU suite's dry run, JupyterLab, the hostile sweep), the lessons' notebooks
-# (a kernel each, 3 to 15 s), the book-build checks (the book is built once, by whichever worker asks first), and
-# after them everything else in the order collected. `make test` prints the ten slowest tests: one that grows
-# belongs here.
-FIRST = (
-    "tests/book/test_browser.py::TestEveryPageOnADesktop",
-    "tests/book/test_browser.py::TestEveryPageOnAPhone",
-    "tests/book/test_browser.py",
-    "tests/models/test_pretrained_model.py",
-    "tests/models/test_induction.py",
-    "tests/measure/test_gpu_measurement.py",
-    "tests/course/test_jupyterlab.py",
-    "tests/measure/test_gpu_suite.py",
-    "tests/test_hostile_sweep.py",
-    "lessons/",
-    "tests/book/test_book_build.py",
-)
-
-
-def pytest_collection_modifyitems(session, config, items):
-    def rank(item):
-        return next((index for index, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
-
-    items.sort(key=rank)  # stable: the order within and after them is kept
+# How the suite is shared (pyproject.toml: -n 2 --dist loadscope): pytest-xdist hands each worker whole modules,
+# largest first by their number of tests, and the next one when it is nearly done. The browser test (one module:
+# every page at two widths, about 110 s) stays one unit on purpose: split into two classes that the two workers
+# ran side by side, make test took 371 s on a fresh clone against 296 s, since each Chromium keeps more than a
+# core busy and two at once starve each other and every other test.

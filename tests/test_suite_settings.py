@@ -49,22 +49,3 @@ def test_the_suite_prints_its_ten_slowest_tests():
 
     options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"].split()
     assert "--durations=10" in options
-
-
-def test_the_longest_units_go_first_and_each_names_one_that_exists():
-    """The order of tests/conftest.py's FIRST holds only without loadscope's own reordering; a renamed module or
-    class in FIRST would silently fall back to the collected order, so each must still name one."""
-    import ast
-
-    import tomllib
-
-    from tests.conftest import FIRST, ROOT
-
-    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"].split()
-    assert "--no-loadscope-reorder" in options and options[options.index("--dist") + 1] == "loadscope"
-    for prefix in FIRST:
-        path, _, name = prefix.partition("::")
-        assert (ROOT / path).exists(), f"FIRST names {path}, which is not there"
-        if name:
-            classes = {node.name for node in ast.parse((ROOT / path).read_text()).body if isinstance(node, ast.ClassDef)}
-            assert name in classes, f"FIRST names {prefix}, but {path} has no class {name}"

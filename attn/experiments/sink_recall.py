@@ -1,6 +1,6 @@
 """Lesson 7's recall with keys that are not there (lesson 22): what each softmax does when it should say nothing.
 
-    python -m attn.experiments.sink_recall --out lessons/records             # about 15 minutes, one thread
+    python -m attn.experiments.sink_recall --out lessons/records             # about 30 minutes, one thread
     python -m attn.experiments.sink_recall --out DIR --size tiny             # seconds
 
 The task is lesson 7's: a context of (key, value) pairs, one token each (key embedding + value embedding),
@@ -14,9 +14,12 @@ cross-attention), so a softmax has no token of its own to park weight on.
 
 Stopping rule (relative): every ``eval_every`` steps the loss on held-apart validation examples (drawn with the
 same absent share) is measured; a run stops once that loss has not fallen below (1 - ``min_gain``) times its best
-so far (``min_gain`` a share of the best loss: 0.02, 2%) for ``patience`` measurements in a row, or at
-``max_steps`` (the record's ``stopped`` says which; ``curves`` keeps every measurement). The losses here are
-0.001-0.03 nats, so an absolute rule (0.01 nats) stopped runs whose loss was still halving every 400 steps.
+so far (``min_gain`` a share of the best loss: 0.02, 2%) for ``patience`` measurements in a row; or once it is
+below ``floor`` (0.001 nats a query: at most that much is left to gain, and a loss that small falls only by the
+logits growing, which changes no answer); or at ``max_steps`` (the record's ``ended`` says which of the three, and
+``stopped`` is true for the first two; ``curves`` keeps every measurement). The losses here are 0.001-0.03 nats, so
+an absolute rule of 0.01 nats stopped runs whose loss was still halving every 400 steps; and with the relative rule
+alone, a run with no absent query (a task it answers perfectly) kept halving its loss below 0.001 until the limit.
 
 The gate here reads only the query's own token (sigmoid of W_G times the query key's embedding): whether the key
 is in the context never reaches it in this one-layer model, so it cannot close for an absent key by construction
@@ -34,7 +37,8 @@ The record, ``sink_recall.json`` (schema):
   layer's output, E wide, for present and absent queries), ``present_nothing`` and ``absent_nothing`` (mean
   share of a head's weight sent to nothing, 1 - sum of the keys' weights: the sink's weight; 0 for softmax and
   the gate), ``present_gate`` and ``absent_gate`` (the gate arm: mean sigmoid of the gate; null for the others),
-  ``steps``, ``stopped``, ``curves`` (validation losses), and ``parameters`` (one number);
+  ``steps``, ``ended`` ("rule", "floor" or "limit"), ``stopped`` (not the limit), ``curves`` (validation
+  losses), and ``parameters`` (one number);
 - ``intervals[arm][share][metric]`` for every arm but softmax and the metrics ``present_accuracy``,
   ``absent_accuracy``, ``absent_norm_ratio`` (absent_norm / present_norm), ``present_norm``, ``absent_norm``:
   {"mean", "low", "high", "words"}, the arm minus softmax over seeds (attn.common.stats.paired_interval), words
@@ -74,10 +78,12 @@ WITHIN = ("norm", "nothing", "gate")  # absent minus present, within one arm
 SIZES = {
     "full": {"n_pairs": 16, "n_keys": 48, "n_values": 32, "embed_dim": 32, "num_heads": 4, "seeds": 5,
              "batch": 64, "learning_rate": 3e-3, "train_examples": 20_000, "valid_examples": 1000,
-             "test_examples": 1000, "eval_every": 200, "patience": 3, "min_gain": 0.02, "max_steps": 3000},
+             "test_examples": 1000, "eval_every": 200, "patience": 3, "min_gain": 0.02, "floor": 0.001,
+             "max_steps": 6000},
     "tiny": {"n_pairs": 4, "n_keys": 12, "n_values": 8, "embed_dim": 8, "num_heads": 2, "seeds": 2,
              "batch": 16, "learning_rate": 3e-3, "train_examples": 200, "valid_examples": 50,
-             "test_examples": 50, "eval_every": 5, "patience": 2, "min_gain": 0.02, "max_steps": 10},
+             "test_examples": 50, "eval_every": 5, "patience": 2, "min_gain": 0.02, "floor": 0.001,
+             "max_steps": 10},
 }
 VALID_SEED, TEST_SEED = 2000, 1000  # validation and test examples are drawn with seed + these
 
@@ -162,7 +168,7 @@ def _train_arm(arm, share, seed, settings):
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
     step, best, flat, curve = 0, math.inf, 0, []
-    while step < settings["max_steps"] and flat < settings["patience"]:
+    while _ended(step, flat, curve, settings) is None:
         for _ in range(min(settings["eval_every"], settings["max_steps"] - step)):
             batch = train.batch(torch.randint(len(train), (settings["batch"],), generator=generator))
             loss = functional.cross_entropy(model(batch.keys, batch.values, batch.query), batch.target)
@@ -177,7 +183,7 @@ def _train_arm(arm, share, seed, settings):
             "present_norm": on_present["norm"], "absent_norm": on_absent["norm"],
             "present_nothing": on_present["nothing"], "absent_nothing": on_absent["nothing"],
             "present_gate": on_present["gate"], "absent_gate": on_absent["gate"],
-            "steps": step, "stopped": flat >= settings["patience"], "curve": curve,
+            "steps": step, "ended": _ended(step, flat, curve, settings), "curve": curve,
             "parameters": sum(parameter.numel() for parameter in model.parameters())}
 
 
@@ -187,12 +193,23 @@ def _stopping_step(loss, best, flat, min_gain):
     return (loss, 0) if loss < best * (1 - min_gain) else (best, flat + 1)
 
 
+def _ended(step, flat, curve, settings):
+    """Why a run ends after ``step`` steps, its validation ``curve`` and ``flat`` measurements without a gain: "rule",
+    "floor" or "limit" (the docstring's stopping rule, checked in that order), or None while it goes on."""
+    if flat >= settings["patience"]:
+        return "rule"
+    if curve and curve[-1] < settings["floor"]:
+        return "floor"
+    return "limit" if step >= settings["max_steps"] else None
+
+
 def _gathered(results):
     """One arm's per-seed results as lists (4 decimals), parameters once."""
     gathered = {name: [None if r[name] is None else round(r[name], 4) + 0.0 for r in results]
                 for name in ("present_accuracy", "absent_accuracy", "present_norm", "absent_norm", "present_nothing",
                              "absent_nothing", "present_gate", "absent_gate")}
-    gathered.update({"steps": [r["steps"] for r in results], "stopped": [r["stopped"] for r in results],
+    gathered.update({"steps": [r["steps"] for r in results], "ended": [r["ended"] for r in results],
+                     "stopped": [r["ended"] != "limit" for r in results],
                      "curves": [r["curve"] for r in results], "parameters": results[0]["parameters"]})
     return gathered
 
@@ -262,11 +279,12 @@ def _text(record):
     """The conclusions, following the intervals' words: the stopping rule, then per arm and share the comparisons with
     softmax and the absent-minus-present differences within the arm."""
     settings = record["settings"]
-    stopped = [value for by_share in record["runs"].values() for run in by_share.values() for value in run["stopped"]]
-    lines = [f"Stopping: {sum(stopped)} of {len(stopped)} runs stopped by the rule (no validation loss "
+    ended = [value for by_share in record["runs"].values() for run in by_share.values() for value in run["ended"]]
+    lines = [f"Stopping: of {len(ended)} runs, {ended.count('rule')} stopped by the rule (no validation loss "
              f"{settings['min_gain']:.0%} below the best for {settings['patience']} measurements of "
-             f"{settings['eval_every']} steps); the other {len(stopped) - sum(stopped)} reached {settings['max_steps']} "
-             "steps with the loss still falling by the rule's measure.",
+             f"{settings['eval_every']} steps), {ended.count('floor')} once their validation loss was below "
+             f"{settings['floor']} nats, and {ended.count('limit')} reached {settings['max_steps']} steps with the loss "
+             "still falling by the rule's measure.",
              "The gate reads only the query's own token: in this one-layer model it is blind to whether the key is in "
              "the context, by construction, so it cannot close for an absent key; its arm also differs from softmax "
              "by the gate's weights alone (same width)."]
@@ -325,7 +343,7 @@ DESCRIPTION = ("Lesson 7's recall with absent keys, for softmax, a sink logit, t
 
 
 def main(argv=None):
-    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 15 minutes", "tiny": "seconds"},
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 30 minutes", "tiny": "seconds"},
                                 run, argv)
     print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
 

@@ -14,7 +14,8 @@ Every page is opened at 1280x800 and at 390x844 (device scale factor 3) and chec
 - the previous/next links at the foot of the page fit the screen (on a phone they were cut at the right);
 - the axe-core accessibility engine (axe-playwright-python's copy, pinned in requirements.txt) finds nothing
   critical or serious, in the same visit: every rule at the desktop width; at the phone width every rule but the
-  colour ones on one page of each template, and on every other page the rules the width can change (see AXE).
+  colour ones on one page of each template, and on every other page the rules the width can change; the colour
+  rules on the few pages that between them show every colour pair of text any page shows (see AXE).
 
 Legibility of figures. The course style (attn.common.plotting) writes no text smaller than SMALLEST_FONT_PT
 (10 pt) and saves PNGs at PNG_DPI (200 dpi), so the smallest text is 10 / 72 * 200 = 27.8 pixels high in
@@ -248,19 +249,26 @@ CODE_FIT = """([short, desktop]) => {
 # markup (a reader's screen reader gets MathJax's own speech text), and it is a third of a lesson's elements.
 # No preloading: axe would fetch the stylesheets again, and resolves the theme's @import against the wrong
 # folder (a 404 that the page itself never makes); only css-orientation-lock needs them.
-# Colour contrast is by far the slowest rule, and it does not depend on the width: it runs at the desktop width
-# only, as does the next slowest colour rule, link-in-text-block (a link told from its sentence by colour or
-# underline: the same stylesheet at every width). At the desktop width the code cells' inputs are left out (their
-# syntax colours are the same on every page and test_code_colours_have_contrast_in_both_modes checks them once, in
-# both colour modes). At the phone width every rule but the colour ones runs on the pages of PHONE_FULL_AXE, one of
-# each template (the book's pages, a lesson with widgets, a lesson with wide formulas and code): the phone's own
-# chrome (the header's buttons, the drawer) is the same on every page. Every other page runs, at the phone width, the
-# rules whose outcome the width can change: a region that scrolls must take the keyboard's focus, touch targets
+# Colour contrast is by far the slowest rule (three quarters of axe's time on a page), and it does not depend on the
+# width: it runs at the desktop width only, as does the next slowest colour rule, link-in-text-block (a link told
+# from its sentence by colour or underline), and only on the pages of COLOUR_PAGES. Every other page's colours are
+# the same stylesheet's: test_every_colour_of_text_is_checked_for_contrast_somewhere holds that every pair of text
+# colour and background (and text size, large or not) that any page shows appears on a page of COLOUR_PAGES, so a
+# page that brings a colour of its own fails there, naming it. At the desktop width the code cells' inputs are left
+# out (their syntax colours are the same on every page and test_code_colours_have_contrast_in_both_modes checks them
+# once, in both colour modes). At the phone width every rule but the colour ones runs on the pages of PHONE_FULL_AXE,
+# one of each template (the book's pages, a lesson with widgets, a lesson with wide formulas and code): the phone's
+# own chrome (the header's buttons, the drawer) is the same on every page. Every other page runs, at the phone width,
+# the rules whose outcome the width can change: a region that scrolls must take the keyboard's focus, touch targets
 # must be large enough, and the landmarks the layout moves. One axe run per visit: each run first walks the page.
 PHONE_FULL_AXE = ("book/welcome.html", "lessons/04_softmax_first_output.html", "lessons/20_attention_across_devices.html")
+# The pages whose colours axe checks: between them they show every colour pair the book uses (lesson 1 and the
+# troubleshooting page have the code blocks' syntax colours, lesson 15 a tinted box, the search page its own hint).
+COLOUR_PAGES = (*PHONE_FULL_AXE, "lessons/01_lookup_table.html", "lessons/15_latent_and_linear.html",
+                "book/troubleshooting.html", "search.html")
 WIDTH_RULES = ["scrollable-region-focusable", "target-size", "region", "landmark-unique", "meta-viewport"]
-AXE = """async ([desktop, full, widthRules]) => {
-  const rules = {"color-contrast": {enabled: desktop}, "link-in-text-block": {enabled: desktop},
+AXE = """async ([desktop, full, widthRules, colour]) => {
+  const rules = {"color-contrast": {enabled: colour}, "link-in-text-block": {enabled: colour},
                  "label-content-name-mismatch": {enabled: true}};
   const options = {resultTypes: ["violations"], preload: false, rules: rules};
   if (!full) options.runOnly = {type: "rule", values: widthRules};
@@ -270,6 +278,33 @@ AXE = """async ([desktop, full, widthRules]) => {
                                        first: v.nodes[0].target.join(" ") + " " + v.nodes[0].html.slice(0, 80)}));
 }"""
 
+
+# Every pair of text colour and background a reader sees on the page (folded solutions and code cells' inputs left
+# out, as axe leaves them), with "large" where WCAG's larger text allows less contrast: "rgb(..) on rgb(..)". The
+# background is the nearest one that is not transparent, up the page from the text.
+COLOURS = """() => {
+  const skip = "mjx-container, .cell_input, script, style, noscript";
+  const background = element => {
+    for (let node = element; node; node = node.parentElement) {
+      const colour = getComputedStyle(node).backgroundColor;
+      if (!/rgba\\(.*,\\s*0\\)$|transparent/.test(colour)) return colour;
+    }
+    return "rgb(255, 255, 255)";
+  };
+  const pairs = new Set(), seen = new Set();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const element = walker.currentNode.parentElement;
+    if (!element || seen.has(element) || !walker.currentNode.nodeValue.trim() || element.closest(skip)) continue;
+    seen.add(element);
+    const style = getComputedStyle(element);
+    if (style.visibility !== "visible" || !element.getClientRects().length) continue;
+    const size = parseFloat(style.fontSize), bold = parseInt(style.fontWeight, 10) >= 700;
+    const large = size >= 24 || (size >= 18.66 && bold) ? " (large)" : "";
+    pairs.add(`${style.color} on ${background(element)}${large}`);
+  }
+  return Array.from(pairs).sort();
+}"""
 
 @functools.cache
 def axe_script():
@@ -311,7 +346,9 @@ class Visitor:
         self.problems = []
         self.page.goto(self.base + relative, wait_until="load")
         report = self.page.evaluate(MEASURE)
-        report["axe"] = self.page.evaluate(AXE, [self.desktop, self.desktop or relative in PHONE_FULL_AXE, WIDTH_RULES])
+        colour = self.desktop and relative in COLOUR_PAGES
+        report["axe"] = self.page.evaluate(AXE, [self.desktop, self.desktop or relative in PHONE_FULL_AXE, WIDTH_RULES, colour])
+        report["colours"] = self.page.evaluate(COLOURS) if self.desktop else []
         report["cutOutputs"] = self.page.evaluate(CUT_OUTPUTS)
         report.update(self.page.evaluate(CODE_FIT, [SHORT_CODE, self.desktop]))
         report["problems"] = self.problems
@@ -323,6 +360,19 @@ class Visitor:
 
     def close(self):
         self.context.close()
+
+
+@pytest.fixture(scope="module")
+def reports(site, browser):
+    """{(width name, page): report} for every page at both widths: each page is opened once per width."""
+    base, built_book = site
+    results = {}
+    for name, settings in WIDTHS.items():
+        visitor = Visitor(browser, settings, base, desktop=name == "desktop")
+        for relative in pages_of(built_book):
+            results[name, relative] = visitor.visit(relative)
+        visitor.close()
+    return results
 
 
 def test_the_front_page_opens_the_welcome_page(site, browser):
@@ -346,196 +396,42 @@ def test_a_display_formula_read_as_inline_counts_as_raw_tex(browser):
     page.close()
 
 
-# Findings the course fixed (course.js), which must not come back even though axe rates them moderate.
-FIXED_FINDINGS = {"region", "landmark-unique", "aria-required-children", "aria-deprecated-role", "aria-allowed-role"}
+def test_every_page_loads_only_from_the_book_without_errors(reports):
+    for (width, relative), report in reports.items():
+        assert not report["problems"], f"{relative} at {width}: {report['problems']}"
 
 
-class PageChecks:
-    """The checks of every page at one width (WIDTH, a key of WIDTHS), on the pages ``reports`` visited.
+def test_no_raw_tex_and_every_formula_typeset(reports):
+    pages_with_math = 0
+    for (width, relative), report in reports.items():
+        assert not report["rawTex"], f"{relative} at {width} shows raw TeX: {report['rawTex'][:5]}"
+        assert not report["untypeset"], f"{relative} at {width}: formulas not typeset: {report['untypeset'][:5]}"
+        assert not report["mathErrors"], f"{relative} at {width}: MathJax could not typeset {report['mathErrors'][:5]}"
+        pages_with_math += report["formulas"] > 0
+    assert pages_with_math >= 10, "the lessons and the notation page are full of formulas"
+    assert reports["desktop", "book/notation.html"]["formulas"] >= 30
 
-    A class a width: pytest-xdist's loadscope gives each class to a worker, so the two visits of every page
-    (about a minute each on a 2-core machine) run side by side instead of one after the other."""
 
-    WIDTH = None
+def test_no_page_is_wider_than_a_phone(reports):
+    for (width, relative), report in reports.items():
+        assert report["pageWidth"] <= report["viewportWidth"], (
+            f"{relative} at {width} scrolls sideways: {report['pageWidth']} px wide in a {report['viewportWidth']} px viewport"
+        )
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def reports(cls, site, browser):
-        """{(width name, page): report} for every page at this class's width, each page opened once."""
-        base, built_book = site
-        visitor = Visitor(browser, WIDTHS[cls.WIDTH], base, desktop=cls.WIDTH == "desktop")
-        results = {(cls.WIDTH, relative): visitor.visit(relative) for relative in pages_of(built_book)}
-        visitor.close()
-        return results
 
-    def test_every_page_loads_only_from_the_book_without_errors(self, reports):
-        for (width, relative), report in reports.items():
-            assert not report["problems"], f"{relative} at {width}: {report['problems']}"
+def test_wide_tables_scroll_in_their_own_box_with_a_hint(reports):
+    for (width, relative), report in reports.items():
+        for table in report["wideTables"]:
+            assert table["hinted"] and table["focusable"], f"{relative} at {width}: a wide table without a scroll hint: {table}"
 
-    def test_no_raw_tex_and_every_formula_typeset(self, reports):
-        pages_with_math = 0
-        for (width, relative), report in reports.items():
-            assert not report["rawTex"], f"{relative} at {width} shows raw TeX: {report['rawTex'][:5]}"
-            assert not report["untypeset"], f"{relative} at {width}: formulas not typeset: {report['untypeset'][:5]}"
-            assert not report["mathErrors"], f"{relative} at {width}: MathJax could not typeset {report['mathErrors'][:5]}"
-            pages_with_math += report["formulas"] > 0
-        assert pages_with_math >= 10, "the lessons and the notation page are full of formulas"
-        assert reports[self.WIDTH, "book/notation.html"]["formulas"] >= 30
 
-    def test_no_page_is_wider_than_a_phone(self, reports):
-        for (width, relative), report in reports.items():
-            assert report["pageWidth"] <= report["viewportWidth"], (
-                f"{relative} at {width} scrolls sideways: {report['pageWidth']} px wide in a "
-                f"{report['viewportWidth']} px viewport"
+def test_every_display_formula_fits_its_column_or_scrolls_with_a_hint(reports):
+    for (width, relative), report in reports.items():
+        for formula in report["wideFormulas"]:
+            assert formula["scrolls"] and formula["hinted"] and formula["focusable"], (
+                f"{relative} at {width}: a formula wider than its column, cut with no cue: {formula}"
             )
-
-    def test_wide_tables_scroll_in_their_own_box_with_a_hint(self, reports):
-        for (width, relative), report in reports.items():
-            for table in report["wideTables"]:
-                assert table["hinted"] and table["focusable"], (
-                    f"{relative} at {width}: a wide table without a scroll hint: {table}"
-                )
-
-    def test_every_display_formula_fits_its_column_or_scrolls_with_a_hint(self, reports):
-        for (width, relative), report in reports.items():
-            for formula in report["wideFormulas"]:
-                assert formula["scrolls"] and formula["hinted"] and formula["focusable"], (
-                    f"{relative} at {width}: a formula wider than its column, cut with no cue: {formula}"
-                )
-        assert sum(report["displayFormulas"] for report in reports.values()) >= 30, "display formulas were measured"
-
-    def test_every_page_of_the_book_folder_is_visited(self, site, reports):
-        # Every page in book/ is opened at each width, as the lessons are: a page in the table of contents is built
-        # and visited; a file that is no page of its own is included by one (the running-times table).
-        _, built_book = site
-        sources = {path.read_text() for path in (ROOT / "book").glob("*.md")}
-        for page in sorted((ROOT / "book").glob("*.md")):
-            built = f"book/{page.stem}.html"
-            included = any(f"```{{include}} {page.name}" in text for text in sources)
-            assert included or (self.WIDTH, built) in reports, f"{built} is not visited"
-        lessons = sorted((ROOT / "lessons").glob("*.ipynb"))
-        assert all((self.WIDTH, f"lessons/{lesson.stem}.html") in reports for lesson in lessons)
-
-    def test_every_image_loads_with_alt_text_and_sidebar_links_resolve(self, site, reports):
-        base, _ = site
-        sidebar_links = set()
-        for (_, relative), report in reports.items():
-            for image in report["images"]:
-                if image["src"].startswith(base):
-                    assert image["done"] and image["naturalWidth"] > 0, f"{relative}: image did not load: {image['src']}"
-                assert image["alt"].strip(), f"{relative}: an image has no alt text"
-            if relative.startswith("lessons/"):
-                assert report["images"], f"{relative} shows no figure"
-            sidebar_links.update(link.split("#")[0] for link in report["sidebarLinks"] if link.startswith(base))
-        assert any("lessons/01_lookup_table.html" in link for link in sidebar_links), "lesson 1 is not in the sidebar"
-        for link in sorted(sidebar_links):
-            with urllib.request.urlopen(link) as response:  # noqa: S310 - a local server started above
-                assert response.status == 200, link
-
-    def test_every_figure_is_large_enough_to_read(self, reports):
-        figures = 0
-        for (width, relative), report in reports.items():
-            for image in report["images"]:
-                figures += 1
-                name = f"{relative} at {width}: {image['src'].rsplit('/', 1)[-1][:12]}"
-                scale = image["width"] / image["naturalWidth"]
-                assert SMALLEST_TEXT_PNG_PX * scale >= MIN_TEXT_CSS_PX, (
-                    f"{name}: smallest text {SMALLEST_TEXT_PNG_PX * scale:.1f} CSS px high "
-                    f"(PNG {image['naturalWidth']} px wide, shown {image['width']:.0f} px)"
-                )
-                assert image["width"] >= MIN_FIGURE_WIDTH and image["height"] >= MIN_FIGURE_HEIGHT, (
-                    f"{name}: shown {image['width']:.0f}x{image['height']:.0f} CSS px"
-                )
-                shape = image["naturalHeight"] / image["naturalWidth"]
-                assert image["height"] / image["width"] == pytest.approx(shape, rel=0.02), f"{name}: stretched"
-                if width == "desktop":
-                    assert image["naturalWidth"] >= 2 * image["width"] - 1, f"{name}: soft on a 2x screen"
-        assert figures >= 15
-
-    def test_previous_and_next_links_fit_the_screen(self, reports):
-        for (width, relative), report in reports.items():
-            viewport = WIDTHS[width]["viewport"]["width"]
-            for link in report["prevNext"]:
-                assert not link["cut"] and link["left"] >= 0 and link["right"] <= viewport + 0.5, (
-                    f"{relative} at {width}: the link '{link['text']}' is cut at the edge: {link}"
-                )
-        assert any(report["prevNext"] for report in reports.values())
-
-    def test_no_critical_or_serious_accessibility_findings(self, reports):
-        visited = {relative for _, relative in reports}
-        missing = set(PHONE_FULL_AXE) - visited
-        assert not missing, f"PHONE_FULL_AXE names pages the book no longer has: {missing}"
-        findings = []
-        for (width, relative), report in reports.items():
-            findings += [
-                f"{relative} at {width}: {finding['id']} ({finding['impact']}, {finding['count']}x) {finding['first']}"
-                for finding in report["axe"]
-                if finding["impact"] in ("critical", "serious") or finding["id"] in FIXED_FINDINGS
-            ]
-        assert not findings, "\n".join(findings)
-
-
-class TestEveryPageOnAPhone(PageChecks):
-    WIDTH = "phone"
-
-
-class TestEveryPageOnADesktop(PageChecks):
-    """The checks of both widths, and those made at the desktop width only."""
-
-    WIDTH = "desktop"
-
-    def test_printed_output_fits_its_block_at_desktop_width(self, reports):
-        for (width, relative), report in reports.items():
-            if width == "desktop":
-                assert not report["cutOutputs"], f"{relative}: output cut off at 1280 px: {report['cutOutputs']}"
-
-    def test_code_fits_its_column_and_no_code_name_breaks_at_desktop_width(self, reports):
-        # At 1280 px every page's code blocks fit their column, no piece of inline code is broken across lines (any
-        # length: a line of prose breaks before it instead), and none runs past the column (on a phone, course.js
-        # lets a long name break after a "." or "_", and code blocks scroll in their box).
-        wide, broken, wide_inline = [], [], []
-        for (width, relative), report in reports.items():
-            if width == "desktop":
-                wide += [f"{relative}: {code}" for code in report["wideCode"]]
-                broken += [f"{relative}: {name}" for name in report["brokenNames"]]
-                wide_inline += [f"{relative}: {code}" for code in report["wideInline"]]
-        assert not wide, "code wider than its column at 1280 px:\n" + "\n".join(wide)
-        assert not broken, "inline code broken across lines at 1280 px:\n" + "\n".join(broken)
-        assert not wide_inline, "inline code running past its column at 1280 px:\n" + "\n".join(wide_inline)
-
-    def test_exercise_titles_and_solution_links_read_cleanly(self, reports):
-        titles = [title for (width, relative), report in reports.items() if width == "desktop" for title in report["titles"]]
-        assert titles, "no exercise found"
-        for title in titles:
-            assert "Exercise (" not in title, title
-            assert re.search(r"Exercise (\d+|P)\.\d+: \S", title), title
-        links = [link for (width, _), report in reports.items() if width == "desktop" for link in report["solutionLinks"]]
-        assert links and all(link == link.strip() for link in links), [link for link in links if link != link.strip()][:3]
-
-    def test_glossary_lesson_mentions_link_to_the_lessons(self, site, browser, reports):
-        base, _ = site
-        context, page = open_page(browser, DESKTOP, base + "book/glossary.html")
-        definitions = page.locator("dl.glossary dd")
-        assert definitions.count() >= 50
-        hrefs = set()
-        for index in range(definitions.count()):
-            definition = definitions.nth(index)
-            text = definition.inner_text()
-            if not re.search(r"\(lessons? \d", text):
-                continue
-            links = definition.locator("a", has_text=re.compile(r"^(lesson )?\d+$")).all()
-            numbers = re.findall(r"\(lessons? (\d+)(?: and (\d+))?\)", text)
-            expected = [number for pair in numbers for number in pair if number]
-            assert [link.inner_text().split()[-1] for link in links] == expected, f"'(lesson N)' not linked: {text[:80]}"
-            hrefs.update(link.get_attribute("href") for link in links)
-        for href in sorted(hrefs):  # each lesson was opened by the reports fixture: no need to open it again
-            number = re.search(r"lessons/(\d\d)_", href).group(1)
-            target = href.split("#")[0].removeprefix("../")
-            assert ("desktop", target) in reports, href
-            report = reports["desktop", target]
-            assert report["heading"] and f"{int(number)}" in report["title"], (href, report["title"])
-        assert len(hrefs) == len(LESSON_NUMBERS), sorted(hrefs)  # every lesson is named somewhere
-        context.close()
+    assert sum(report["displayFormulas"] for report in reports.values()) >= 30, "display formulas were measured"
 
 
 def test_a_formula_wider_than_its_column_scrolls_with_a_hint(site, browser):
@@ -550,6 +446,131 @@ def test_a_formula_wider_than_its_column_scrolls_with_a_hint(site, browser):
     for formula in wide:
         assert formula["scrolls"] and formula["hinted"] and formula["focusable"], formula
     context.close()
+
+
+def test_printed_output_fits_its_block_at_desktop_width(reports):
+    for (width, relative), report in reports.items():
+        if width == "desktop":
+            assert not report["cutOutputs"], f"{relative}: output cut off at 1280 px: {report['cutOutputs']}"
+
+
+def test_code_fits_its_column_and_no_code_name_breaks_at_desktop_width(reports):
+    # At 1280 px every page's code blocks fit their column, no piece of inline code is broken across lines (any
+    # length: a line of prose breaks before it instead), and none runs past the column (on a phone, course.js
+    # lets a long name break after a "." or "_", and code blocks scroll in their box).
+    wide, broken, wide_inline = [], [], []
+    for (width, relative), report in reports.items():
+        if width == "desktop":
+            wide += [f"{relative}: {code}" for code in report["wideCode"]]
+            broken += [f"{relative}: {name}" for name in report["brokenNames"]]
+            wide_inline += [f"{relative}: {code}" for code in report["wideInline"]]
+    assert not wide, "code wider than its column at 1280 px:\n" + "\n".join(wide)
+    assert not broken, "inline code broken across lines at 1280 px:\n" + "\n".join(broken)
+    assert not wide_inline, "inline code running past its column at 1280 px:\n" + "\n".join(wide_inline)
+
+
+def test_every_page_of_the_book_folder_is_visited(site, reports):
+    # Every page in book/ is opened at both widths, as the lessons are: a page in the table of contents is built
+    # and visited; a file that is no page of its own is included by one (the running-times table).
+    _, built_book = site
+    sources = {path.read_text() for path in (ROOT / "book").glob("*.md")}
+    for page in sorted((ROOT / "book").glob("*.md")):
+        built = f"book/{page.stem}.html"
+        included = any(f"```{{include}} {page.name}" in text for text in sources)
+        assert included or {("desktop", built), ("phone", built)} <= set(reports), f"{built} is not visited"
+    lessons = sorted((ROOT / "lessons").glob("*.ipynb"))
+    assert all(("desktop", f"lessons/{lesson.stem}.html") in reports for lesson in lessons)
+
+
+def test_every_image_loads_with_alt_text_and_sidebar_links_resolve(site, reports):
+    base, _ = site
+    sidebar_links = set()
+    for (_, relative), report in reports.items():
+        for image in report["images"]:
+            if image["src"].startswith(base):
+                assert image["done"] and image["naturalWidth"] > 0, f"{relative}: image did not load: {image['src']}"
+            assert image["alt"].strip(), f"{relative}: an image has no alt text"
+        if relative.startswith("lessons/"):
+            assert report["images"], f"{relative} shows no figure"
+        sidebar_links.update(link.split("#")[0] for link in report["sidebarLinks"] if link.startswith(base))
+    assert any("lessons/01_lookup_table.html" in link for link in sidebar_links), "lesson 1 is not in the sidebar"
+    for link in sorted(sidebar_links):
+        with urllib.request.urlopen(link) as response:  # noqa: S310 - a local server started above
+            assert response.status == 200, link
+
+
+def test_every_figure_is_large_enough_to_read(reports):
+    figures = 0
+    for (width, relative), report in reports.items():
+        for image in report["images"]:
+            figures += 1
+            name = f"{relative} at {width}: {image['src'].rsplit('/', 1)[-1][:12]}"
+            scale = image["width"] / image["naturalWidth"]
+            assert SMALLEST_TEXT_PNG_PX * scale >= MIN_TEXT_CSS_PX, (
+                f"{name}: smallest text {SMALLEST_TEXT_PNG_PX * scale:.1f} CSS px high "
+                f"(PNG {image['naturalWidth']} px wide, shown {image['width']:.0f} px)"
+            )
+            assert image["width"] >= MIN_FIGURE_WIDTH and image["height"] >= MIN_FIGURE_HEIGHT, (
+                f"{name}: shown {image['width']:.0f}x{image['height']:.0f} CSS px"
+            )
+            assert image["height"] / image["width"] == pytest.approx(image["naturalHeight"] / image["naturalWidth"], rel=0.02), (
+                f"{name}: stretched"
+            )
+            if width == "desktop":
+                assert image["naturalWidth"] >= 2 * image["width"] - 1, f"{name}: soft on a 2x screen"
+    assert figures >= 2 * 15
+
+
+def test_exercise_titles_and_solution_links_read_cleanly(reports):
+    titles = [title for (width, relative), report in reports.items() if width == "desktop" for title in report["titles"]]
+    assert titles, "no exercise found"
+    for title in titles:
+        assert "Exercise (" not in title, title
+        assert re.search(r"Exercise (\d+|P)\.\d+: \S", title), title
+    links = [link for (width, _), report in reports.items() if width == "desktop" for link in report["solutionLinks"]]
+    assert links and all(link == link.strip() for link in links), [link for link in links if link != link.strip()][:3]
+
+
+def test_previous_and_next_links_fit_the_screen(reports):
+    for (width, relative), report in reports.items():
+        viewport = WIDTHS[width]["viewport"]["width"]
+        for link in report["prevNext"]:
+            assert not link["cut"] and link["left"] >= 0 and link["right"] <= viewport + 0.5, (
+                f"{relative} at {width}: the link '{link['text']}' is cut at the edge: {link}"
+            )
+    assert any(report["prevNext"] for report in reports.values())
+
+
+# Findings the course fixed (course.js), which must not come back even though axe rates them moderate.
+FIXED_FINDINGS = {"region", "landmark-unique", "aria-required-children", "aria-deprecated-role", "aria-allowed-role"}
+
+
+def test_no_critical_or_serious_accessibility_findings(reports):
+    visited = {relative for _, relative in reports}
+    assert set(PHONE_FULL_AXE) <= visited, f"PHONE_FULL_AXE names pages the book no longer has: {set(PHONE_FULL_AXE) - visited}"
+    findings = []
+    for (width, relative), report in reports.items():
+        findings += [
+            f"{relative} at {width}: {finding['id']} ({finding['impact']}, {finding['count']}x) {finding['first']}"
+            for finding in report["axe"]
+            if finding["impact"] in ("critical", "serious") or finding["id"] in FIXED_FINDINGS
+        ]
+    assert not findings, "\n".join(findings)
+
+
+def test_every_colour_of_text_is_checked_for_contrast_somewhere(reports):
+    # axe's colour rules run on COLOUR_PAGES only (see AXE): every pair of text colour and background shown at the
+    # desktop width on any page must be one that a page of COLOUR_PAGES shows too, where axe checked it.
+    missing = {page for page in COLOUR_PAGES if ("desktop", page) not in reports}
+    assert not missing, f"COLOUR_PAGES names pages the book no longer has: {sorted(missing)}"
+    checked = {pair for page in COLOUR_PAGES for pair in reports["desktop", page]["colours"]}
+    assert len(checked) >= 5, checked
+    unchecked = {}
+    for (_, relative), report in reports.items():
+        for pair in set(report["colours"]) - checked:
+            unchecked.setdefault(pair, relative)
+    assert not unchecked, "colours that axe's contrast rule never saw (add the page to COLOUR_PAGES):\n" + "\n".join(
+        f"{pair}, first on {page}" for pair, page in sorted(unchecked.items()))
 
 
 def open_page(browser, settings, url):
@@ -594,6 +615,32 @@ def test_references_link_to_arxiv_and_doi(site, browser):
             assert f"https://doi.org/{doi}" in hrefs, f"doi:{doi} is not a link: {text[:80]}"
         assert any(href.startswith("https://") for href in hrefs), f"a reference with no link: {text[:80]}"
     assert entries.count() >= 15
+    context.close()
+
+
+def test_glossary_lesson_mentions_link_to_the_lessons(site, browser, reports):
+    base, _ = site
+    context, page = open_page(browser, DESKTOP, base + "book/glossary.html")
+    definitions = page.locator("dl.glossary dd")
+    assert definitions.count() >= 50
+    hrefs = set()
+    for index in range(definitions.count()):
+        definition = definitions.nth(index)
+        text = definition.inner_text()
+        if not re.search(r"\(lessons? \d", text):
+            continue
+        links = definition.locator("a", has_text=re.compile(r"^(lesson )?\d+$")).all()
+        numbers = re.findall(r"\(lessons? (\d+)(?: and (\d+))?\)", text)
+        expected = [number for pair in numbers for number in pair if number]
+        assert [link.inner_text().split()[-1] for link in links] == expected, f"'(lesson N)' not linked: {text[:80]}"
+        hrefs.update(link.get_attribute("href") for link in links)
+    for href in sorted(hrefs):  # each lesson was opened by the reports fixture: no need to open it again
+        number = re.search(r"lessons/(\d\d)_", href).group(1)
+        target = href.split("#")[0].removeprefix("../")
+        assert ("desktop", target) in reports, href
+        report = reports["desktop", target]
+        assert report["heading"] and f"{int(number)}" in report["title"], (href, report["title"])
+    assert len(hrefs) == len(LESSON_NUMBERS), sorted(hrefs)  # every lesson is named somewhere
     context.close()
 
 

@@ -103,11 +103,14 @@ def test_the_shipped_record_follows_its_schema_and_its_stopping_rule():
     for arm, by_share in record["runs"].items():
         for share, run in by_share.items():
             assert len(run["present_accuracy"]) == settings["seeds"]
-            for curve, steps, stopped in zip(run["curves"], run["steps"], run["stopped"], strict=True):
+            for curve, steps, ended, stopped in zip(run["curves"], run["steps"], run["ended"], run["stopped"], strict=True):
                 best, flat = math.inf, 0
-                for loss in curve:
+                for index, loss in enumerate(curve):  # the rule replayed: the run ends at its last measurement
                     best, flat = sink_recall._stopping_step(loss, best, flat, settings["min_gain"])
-                assert stopped == (flat >= settings["patience"]) and (stopped or steps == settings["max_steps"])
+                    step = min((index + 1) * settings["eval_every"], settings["max_steps"])
+                    why = sink_recall._ended(step, flat, curve[:index + 1], settings)
+                    assert (why is None) == (index < len(curve) - 1), (arm, share, index, why)
+                assert why == ended and stopped == (ended != "limit") and steps == step
             if arm in ("softmax", "gate"):
                 assert all(value == 0 for value in run["absent_nothing"])
             if arm != "softmax":

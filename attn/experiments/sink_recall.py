@@ -17,7 +17,9 @@ same absent share) is measured; a run stops once that loss has not fallen below 
 so far (``min_gain`` a share of the best loss: 0.02, 2%) for ``patience`` measurements in a row; or once it is
 below ``floor`` (0.001 nats a query: at most that much is left to gain, and a loss that small falls only by the
 logits growing, which changes no answer); or at ``max_steps`` (the record's ``ended`` says which of the three, and
-``stopped`` is true for the first two; ``curves`` keeps every measurement). The losses here are 0.001-0.03 nats, so
+``stopped`` is true for the first two; ``curves`` keeps every measurement, to 7 decimals, the values the rule
+read). The model measured is the one of the lowest validation loss measured (``best_step``), not the last: the loss
+of these runs rises in spikes, and the relative rule most often ends a run on one. The losses here are 0.001-0.03 nats, so
 an absolute rule of 0.01 nats stopped runs whose loss was still halving every 400 steps; and with the relative rule
 alone, a run with no absent query (a task it answers perfectly) kept halving its loss below 0.001 until the limit.
 
@@ -37,8 +39,8 @@ The record, ``sink_recall.json`` (schema):
   layer's output, E wide, for present and absent queries), ``present_nothing`` and ``absent_nothing`` (mean
   share of a head's weight sent to nothing, 1 - sum of the keys' weights: the sink's weight; 0 for softmax and
   the gate), ``present_gate`` and ``absent_gate`` (the gate arm: mean sigmoid of the gate; null for the others),
-  ``steps``, ``ended`` ("rule", "floor" or "limit"), ``stopped`` (not the limit), ``curves`` (validation
-  losses), and ``parameters`` (one number);
+  ``steps``, ``ended`` ("rule", "floor" or "limit"), ``stopped`` (not the limit), ``best_step`` (the step of the
+  weights measured), ``curves`` (validation losses), and ``parameters`` (one number);
 - ``intervals[arm][share][metric]`` for every arm but softmax and the metrics ``present_accuracy``,
   ``absent_accuracy``, ``absent_norm_ratio`` (absent_norm / present_norm), ``present_norm``, ``absent_norm``:
   {"mean", "low", "high", "words"}, the arm minus softmax over seeds (attn.common.stats.paired_interval), words
@@ -50,6 +52,7 @@ The record, ``sink_recall.json`` (schema):
 - ``seconds``, ``provenance``.
 """
 
+import copy
 import math
 import time
 
@@ -168,6 +171,7 @@ def _train_arm(arm, share, seed, settings):
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=settings["learning_rate"])
     step, best, flat, curve = 0, math.inf, 0, []
+    kept = (math.inf, 0, None)  # the lowest validation loss so far: (loss, step, the weights then)
     while _ended(step, flat, curve, settings) is None:
         for _ in range(min(settings["eval_every"], settings["max_steps"] - step)):
             batch = train.batch(torch.randint(len(train), (settings["batch"],), generator=generator))
@@ -176,14 +180,17 @@ def _train_arm(arm, share, seed, settings):
             loss.backward()
             optimizer.step()
             step += 1
-        curve.append(round(_loss(model, valid), 4))
+        curve.append(round(_loss(model, valid), 7))  # the rule reads what the record keeps
         best, flat = _stopping_step(curve[-1], best, flat, settings["min_gain"])
+        if curve[-1] < kept[0]:
+            kept = (curve[-1], step, copy.deepcopy(model.state_dict()))
+    model.load_state_dict(kept[2])  # the weights of the lowest validation loss are the ones measured
     on_present, on_absent = _measure(model, present, False), _measure(model, absent, True)
     return {"present_accuracy": on_present["accuracy"], "absent_accuracy": on_absent["accuracy"],
             "present_norm": on_present["norm"], "absent_norm": on_absent["norm"],
             "present_nothing": on_present["nothing"], "absent_nothing": on_absent["nothing"],
             "present_gate": on_present["gate"], "absent_gate": on_absent["gate"],
-            "steps": step, "ended": _ended(step, flat, curve, settings), "curve": curve,
+            "steps": step, "ended": _ended(step, flat, curve, settings), "curve": curve, "best_step": kept[1],
             "parameters": sum(parameter.numel() for parameter in model.parameters())}
 
 
@@ -208,7 +215,8 @@ def _gathered(results):
     gathered = {name: [None if r[name] is None else round(r[name], 4) + 0.0 for r in results]
                 for name in ("present_accuracy", "absent_accuracy", "present_norm", "absent_norm", "present_nothing",
                              "absent_nothing", "present_gate", "absent_gate")}
-    gathered.update({"steps": [r["steps"] for r in results], "ended": [r["ended"] for r in results],
+    gathered.update({"steps": [r["steps"] for r in results], "best_step": [r["best_step"] for r in results],
+                     "ended": [r["ended"] for r in results],
                      "stopped": [r["ended"] != "limit" for r in results],
                      "curves": [r["curve"] for r in results], "parameters": results[0]["parameters"]})
     return gathered

@@ -306,6 +306,7 @@ COLOURS = """() => {
   return Array.from(pairs).sort();
 }"""
 
+
 @functools.cache
 def axe_script():
     from axe_playwright_python.base import AXE_SCRIPT
@@ -556,6 +557,17 @@ def test_no_critical_or_serious_accessibility_findings(reports):
             if finding["impact"] in ("critical", "serious") or finding["id"] in FIXED_FINDINGS
         ]
     assert not findings, "\n".join(findings)
+
+
+def test_a_colour_of_its_own_is_seen_and_hidden_text_is_not(browser):
+    page = browser.new_page()
+    page.set_content('<html><body style="background: rgb(250, 250, 250); color: rgb(20, 20, 20)"><p>plain</p>'
+                     '<h1 style="font-size: 30px">large</h1><p><span style="color: rgb(200, 0, 0)">red</span></p>'
+                     '<div style="display: none"><span style="color: rgb(0, 0, 200)">folded</span></div></body></html>')
+    assert page.evaluate(COLOURS) == ["rgb(20, 20, 20) on rgb(250, 250, 250)",
+                                      "rgb(20, 20, 20) on rgb(250, 250, 250) (large)",
+                                      "rgb(200, 0, 0) on rgb(250, 250, 250)"]
+    page.close()
 
 
 def test_every_colour_of_text_is_checked_for_contrast_somewhere(reports):

@@ -111,6 +111,8 @@ def test_the_shipped_record_follows_its_schema_and_its_stopping_rule():
                     why = sink_recall._ended(step, flat, curve[:index + 1], settings)
                     assert (why is None) == (index < len(curve) - 1), (arm, share, index, why)
                 assert why == ended and stopped == (ended != "limit") and steps == step
+            for curve, best_step in zip(run["curves"], run["best_step"], strict=True):  # the weights measured
+                assert best_step == settings["eval_every"] * (curve.index(min(curve)) + 1)
             if arm in ("softmax", "gate"):
                 assert all(value == 0 for value in run["absent_nothing"])
             if arm != "softmax":

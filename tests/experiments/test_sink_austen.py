@@ -103,22 +103,37 @@ def test_the_shipped_record_follows_its_schema():
     assert all(not any(rung["runs"]["softmax"]["sink_formed"]) for rung in ladder)  # the arms' settings come after
     assert any(record["runs"]["softmax"]["sink_formed"]), "the arms are trained where softmax forms a sink"
     softmax = record["runs"]["softmax"]
+    formed = {arm: run["sink_formed"] for arm, run in record["runs"].items()}
     assert record["claims"] == sink_austen_words._claims(record["intervals"], any(softmax["sink_formed"]),
-                                                  record["settings"]["steps"], sink_austen_words._massive(softmax))
+                                                  record["settings"]["steps"], sink_austen_words._massive(softmax),
+                                                  formed)
     assert record["baseline"]["bigram"] < record["baseline"]["unigram"]
     assert record["bonferroni"]["family"] == len(record["intervals"])
 
 
-def test_a_claim_says_when_and_never_held():
+def test_a_claim_is_held_not_held_or_not_distinguishable_and_says_when():
     verdict = sink_austen_words._verdict
-    assert verdict({"mean": -0.2, "low": -0.3, "high": -0.1}, 300) == "lower after 300 steps, early in training"
-    assert verdict({"mean": 0.2, "low": 0.1, "high": 0.3}, 300) == "higher after 300 steps, early in training"
+    assert verdict({"mean": -0.2, "low": -0.3, "high": -0.1}, 300) == "held: lower after 300 steps"
+    assert verdict({"mean": 0.2, "low": 0.1, "high": 0.3}, 300) == "not held: higher after 300 steps"
     assert verdict({"mean": -0.2, "low": -0.5, "high": 0.1}, 300) == "not distinguishable after 300 steps"
     below = {metric: {"mean": -1, "low": -2, "high": -0.5} for metric in sink_austen_words.CLAIMS}
     found = sink_austen_words._claims({"gate": below}, False, 300, False)["gate"]
     assert found["first_token_weight"] == sink_austen_words.NOT_TESTABLE
     assert found["largest_activation"] == sink_austen_words.NOT_TESTABLE_MASSIVE
-    assert found["held_out_loss"].startswith("lower after 300")
+    assert found["held_out_loss"] == "held: lower after 300 steps"
+
+
+def test_no_sink_is_not_held_where_a_seed_formed_one_and_held_only_if_also_lower():
+    lower = {metric: {"mean": -1, "low": -2, "high": -0.5} for metric in sink_austen_words.CLAIMS}
+    unclear = {metric: {"mean": -1, "low": -2, "high": 0.5} for metric in sink_austen_words.CLAIMS}
+    claims = sink_austen_words._claims
+    one_formed = claims({"gate": lower}, True, 600, False, {"gate": [False, True, False]})["gate"]
+    assert one_formed["first_token_weight"] == "not held: a sink in 1 of 3 seeds after 600 steps"
+    none_lower = claims({"gate": lower}, True, 600, False, {"gate": [False] * 3})["gate"]["first_token_weight"]
+    assert none_lower.startswith("held: no seed formed a sink")
+    none_unclear = claims({"gate": unclear}, True, 600, False, {"gate": [False] * 3})["gate"]["first_token_weight"]
+    assert none_unclear.startswith("not distinguishable: no seed formed a sink")
+    assert claims({"gate": lower}, True, 600, True, {"gate": [False]})["gate"]["largest_activation"].startswith("held")
 
 
 def test_the_t_quantile_and_the_bonferroni_intervals():

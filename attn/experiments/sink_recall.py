@@ -1,6 +1,6 @@
 """Lesson 7's recall with keys that are not there (lesson 22): what each softmax does when it should say nothing.
 
-    python -m attn.experiments.sink_recall --out lessons/records             # about 30 minutes, one thread
+    python -m attn.experiments.sink_recall --out lessons/records             # about 7 minutes, one thread
     python -m attn.experiments.sink_recall --out DIR --size tiny             # seconds
 
 The task is lesson 7's: a context of (key, value) pairs, one token each (key embedding + value embedding),
@@ -351,7 +351,7 @@ DESCRIPTION = ("Lesson 7's recall with absent keys, for softmax, a sink logit, t
 
 
 def main(argv=None):
-    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 30 minutes", "tiny": "seconds"},
+    record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, {"full": "about 7 minutes", "tiny": "seconds"},
                                 run, argv)
     print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
 

@@ -107,7 +107,7 @@ SIZES = {
              "learning_rate": 2.5e-3, "warmup_steps": 100, "weight_decay": 0.1, "seeds": 3, "checkpoint_every": 500,
              "probe_windows": 8, "eval_windows": 64, "bos": True, "workers": 2,
              "ladder": [  # softmax alone, each rung more likely than the last to form a sink
-                 {"what": "the lesson's first model: 2 layers of 4 heads, context 64, 300 steps", "num_layers": 2,
+                 {"what": "this lesson's first record: 2 layers of 4 heads, context 64, 300 steps", "num_layers": 2,
                   "num_heads": 4, "context_length": 64, "steps": 300, "warmup_steps": 30, "checkpoint_every": 50,
                   "bos": False, "seeds": 3},
                  {"what": "the same with a beginning-of-text token", "num_layers": 2, "num_heads": 4, "context_length": 64,

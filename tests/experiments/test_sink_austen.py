@@ -64,7 +64,7 @@ def test_the_attention_refuses_what_it_does_not_run():
 def without_seconds(value):
     """``value`` (a record) with every "seconds" entry, at any depth, left out."""
     if isinstance(value, dict):
-        return {key: without_seconds(item) for key, item in value.items() if key not in ("seconds", "cpu_seconds")}
+        return {key: without_seconds(item) for key, item in value.items() if key not in ("seconds", "cpu_seconds", "run_seconds")}
     return [without_seconds(item) for item in value] if isinstance(value, list) else value
 
 
@@ -109,6 +109,9 @@ def test_the_shipped_record_follows_its_schema():
                                                   formed)
     assert record["baseline"]["bigram"] < record["baseline"]["unigram"]
     assert record["bonferroni"]["family"] == len(record["intervals"])
+    assert record["run_seconds"] > 0
+    rungs = [sink_austen._rung(record["settings"], rung) for rung in sink_austen.SIZES["full"]["ladder"]]
+    assert [rung["settings"] for rung in ladder] == json.loads(json.dumps(rungs)), "the ladder the command trains"
 
 
 def test_a_claim_is_held_not_held_or_not_distinguishable_and_says_when():

@@ -84,6 +84,7 @@ from attn.experiments.sink_austen_words import (
     _intervals,
     _lambda_init,
     _massive,
+    _sink_shares,
     _text,
 )
 from attn.gates import DifferentialAttention, GatedAttention
@@ -351,7 +352,8 @@ def _measure(size="full", progress=print, data=None, arms=tuple(ARMS), parts=Non
               "ladder": [{"what": rung["what"], "settings": rung, "runs": {"softmax": _gathered(found["ladder", index])}}
                          for index, rung in enumerate(rungs)]}
     record["claims"] = _claims(record["intervals"], any(runs["softmax"]["sink_formed"]), settings["steps"],
-                              _massive(runs["softmax"]), {arm: run["sink_formed"] for arm, run in runs.items()})
+                              _massive(runs["softmax"]), {arm: run["sink_formed"] for arm, run in runs.items()},
+                              _sink_shares(runs))
     record["bonferroni"] = _bonferroni(runs)
     record["seconds"] = round(time.perf_counter() - started, 1)
     record["cpu_seconds"] = round(_cpu_seconds())

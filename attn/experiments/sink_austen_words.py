@@ -53,9 +53,17 @@ NOT_TESTABLE_MASSIVE = ("not testable: the softmax baseline has no massive activ
                         f"{MASSIVE_RATIO:g})")
 
 
-def _sink_verdict(interval, formed, seeds, steps):
-    """The claim "no sink" in words: not held where some seed formed one; else held only if the largest head's
-    first-token weight is also lower than softmax's (a sink just under the threshold is not the absence of one)."""
+def _sink_verdict(interval, formed, seeds, steps, sink_share=None, divided=False):
+    """The claim "no sink" in words. A learned sink logit taking SINK_WEIGHT of the weight or more is itself a sink
+    (moved, not removed); a seed with a first-token sink makes it not held, unless the weight is divided by a row sum
+    below 1 (differential attention's 1 - lambda) and the interval cannot tell it from softmax's; else held only if the
+    largest head's first-token weight is also lower than softmax's (a sink just under the threshold is not none)."""
+    if sink_share is not None and sink_share >= SINK_WEIGHT:
+        return (f"not held: the learned sink logit takes {sink_share:.3f} of the weight, itself a sink (moved from the "
+                f"first token, where no seed formed one after {steps} steps)")
+    if formed and divided and interval["low"] <= 0:
+        return (f"not distinguishable: a sink in {formed} of {seeds} seeds only once the weight is divided by the row "
+                f"sum 1 - lambda, and the largest head is not distinguishable from softmax's after {steps} steps")
     if formed:
         return f"not held: a sink in {formed} of {seeds} seeds after {steps} steps"
     if interval["high"] < 0:
@@ -64,19 +72,31 @@ def _sink_verdict(interval, formed, seeds, steps):
             f"distinguishable from softmax's after {steps} steps")
 
 
-def _claims(found, baseline_sink, steps, baseline_massive=True, formed=None):
+DIVIDED = ("differential",)  # arms whose first-token weight is divided by a row sum below 1
+
+
+def _claims(found, baseline_sink, steps, baseline_massive=True, formed=None, sink_shares=None):
     """{arm: {metric: words}} for CLAIMS; a claim is not testable where the baseline lacks what the design removes.
-    ``formed``: {arm: [sink formed, per seed]} (needed once the baseline formed a sink)."""
+    ``formed``: {arm: [sink formed, per seed]} (needed once the baseline formed a sink); ``sink_shares``: {arm: the
+    mean share a learned sink logit takes} for the arms that have one."""
+    shares = sink_shares or {}
+
     def said(arm, metric, interval):
         if metric == "first_token_weight":
             if not baseline_sink:
                 return NOT_TESTABLE
-            return _sink_verdict(interval, sum(formed[arm]), len(formed[arm]), steps)
+            return _sink_verdict(interval, sum(formed[arm]), len(formed[arm]), steps, shares.get(arm), arm in DIVIDED)
         if metric == "largest_activation" and not baseline_massive:
             return NOT_TESTABLE_MASSIVE
         return _verdict(interval, steps)
 
     return {arm: {metric: said(arm, metric, by[metric]) for metric in CLAIMS} for arm, by in found.items()}
+
+
+def _sink_shares(runs):
+    """{arm: mean share of the weight its learned sink logit takes, over seeds and layers} for arms that have one."""
+    return {arm: _mean([_mean(layers) for layers in run["sink_share"] if layers is not None])
+            for arm, run in runs.items() if any(layers is not None for layers in run.get("sink_share") or [])}
 
 
 def _bonferroni(runs, metric="held_out_loss", alpha=0.05):

@@ -13,8 +13,9 @@ one: a beginning-of-text token (one more token id) at position 0 of every window
 steps. The arms are trained at ``SIZES['full']``'s own settings, past the ladder's last rung (more layers, more and
 narrower heads, five times the steps): the question is what it took for softmax to form a sink, and what each
 design does then. The ladder does not separate which of those changes it took.
-Cost: one run of the arms' settings takes about 25 minutes of one thread (6,000 steps at 0.25 s), 15 of them and the
-ladder about 6.5 thread-hours; ``workers`` forked processes share them, and every finished run is kept in
+Cost: one run of the arms' settings takes 25 to 40 minutes of one thread (6,000 steps at 0.25 s; the sink logit's
+explicit exponentials and QK-norm's norms take longer), 15 of them and the ladder about 7.5 thread-hours; ``workers``
+forked processes share them, and every finished run is kept in
 ``out``/PARTS_FOLDER (attn.experiments.kept_runs), so an interrupted command, run again, goes on where it stopped.
 
 Every arm is the same AustenLM with each block's attention replaced by one layer with one switch changed
@@ -34,8 +35,9 @@ Differential attention's first-token weight is that of its combined map A1 - lam
 1 - lambda, so that it compares with the others'; its lambda per layer is recorded. Beside the losses: the unigram
 and the add-k bigram with the same tokenizer, scored on the same held-out windows. The claims' words are held,
 not held or not distinguishable, with when ("held: lower after N steps"); "no sink" is not held where a seed formed
-one, and a claim is "not testable" where the softmax baseline lacks the thing removed (see
-attn.experiments.sink_austen_words); the loss comparisons are a family (Bonferroni).
+one or a learned sink logit takes a sink's share, and a claim is "not testable" where the softmax baseline lacks the
+thing removed (see attn.experiments.sink_austen_words, also for a weight divided by a row sum); the loss comparisons
+are a family (Bonferroni).
 
 The record, ``sink_austen.json`` (schema):
 
@@ -80,6 +82,7 @@ from attn.experiments.sink_austen_words import (
     SINK_WEIGHT,
     _bonferroni,
     _claims,
+    _divided,
     _even_rows,
     _intervals,
     _lambda_init,
@@ -353,7 +356,7 @@ def _measure(size="full", progress=print, data=None, arms=tuple(ARMS), parts=Non
                          for index, rung in enumerate(rungs)]}
     record["claims"] = _claims(record["intervals"], any(runs["softmax"]["sink_formed"]), settings["steps"],
                               _massive(runs["softmax"]), {arm: run["sink_formed"] for arm, run in runs.items()},
-                              _sink_shares(runs))
+                              _sink_shares(runs), _divided(record["arms"]))
     record["bonferroni"] = _bonferroni(runs)
     record["seconds"] = round(time.perf_counter() - started, 1)
     record["cpu_seconds"] = round(_cpu_seconds())
@@ -405,7 +408,7 @@ DESCRIPTION = ("Lesson 13's Austen model scaled down, with softmax, the output g
 
 
 def main(argv=None):
-    cost = {"full": "about 6.5 thread-hours over its workers; run again, it goes on", "tiny": "seconds"}
+    cost = {"full": "about 7.5 thread-hours over its workers; run again, it goes on", "tiny": "seconds"}
     record, out = sized_command(COMMAND, DESCRIPTION, RESULTS_NAME, SIZES, cost, run, argv)
     print(f"Wrote {out / RESULTS_NAME} in {record['seconds']:.0f} s.")
 

@@ -2,8 +2,10 @@
 lambda_init schedule, the intervals against softmax, the claims' words, the Bonferroni family, the record's text.
 
 The claims' words are "held", "not held" or "not distinguishable", each with when ("held: lower after N steps"):
-these are small models, trained once through a fixed schedule. "No sink" is not held where any seed formed one.
-A claim is "not testable" where the softmax baseline lacks the thing the design removes.
+these are small models, trained once through a fixed schedule. "No sink" is not held where any seed formed one
+(unless that sink shows only in a weight divided by a row sum below 1, and the interval cannot tell it from softmax's),
+nor where a learned sink logit takes a sink's share itself. A claim is "not testable" where the softmax baseline lacks
+the thing the design removes.
 """
 
 import math
@@ -72,20 +74,23 @@ def _sink_verdict(interval, formed, seeds, steps, sink_share=None, divided=False
             f"distinguishable from softmax's after {steps} steps")
 
 
-DIVIDED = ("differential",)  # arms whose first-token weight is divided by a row sum below 1
+def _divided(arms):
+    """The arms (record["arms"]: {arm: layer options}) whose first-token weight is divided by a row sum below 1:
+    differential attention's, by 1 - lambda."""
+    return {arm for arm, options in arms.items() if options["layer"] == "DifferentialAttention"}
 
 
-def _claims(found, baseline_sink, steps, baseline_massive=True, formed=None, sink_shares=None):
+def _claims(found, baseline_sink, steps, baseline_massive=True, formed=None, sink_shares=None, divided=()):
     """{arm: {metric: words}} for CLAIMS; a claim is not testable where the baseline lacks what the design removes.
     ``formed``: {arm: [sink formed, per seed]} (needed once the baseline formed a sink); ``sink_shares``: {arm: the
-    mean share a learned sink logit takes} for the arms that have one."""
+    mean share a learned sink logit takes} for the arms that have one; ``divided``: the arms ``_divided`` names."""
     shares = sink_shares or {}
 
     def said(arm, metric, interval):
         if metric == "first_token_weight":
             if not baseline_sink:
                 return NOT_TESTABLE
-            return _sink_verdict(interval, sum(formed[arm]), len(formed[arm]), steps, shares.get(arm), arm in DIVIDED)
+            return _sink_verdict(interval, sum(formed[arm]), len(formed[arm]), steps, shares.get(arm), arm in divided)
         if metric == "largest_activation" and not baseline_massive:
             return NOT_TESTABLE_MASSIVE
         return _verdict(interval, steps)
@@ -171,11 +176,10 @@ def _text(record):
                      "The gate arm changes two things, not one: the gate's weights and, to "
                      f"keep the parameters equal, an MLP narrowed to {GATE_MLP_RATIO} E from {MLP_RATIO} E (a confound).")
     if "sink" in runs:
-        share = [_mean(layers) for layers in runs["sink"]["sink_share"]]
-        lines.append(f"The sink logit's share of the weight ends at {_mean(share):.3f} on average over every query "
-                     f"(a sink logit of 0 would take {record['even_sink_share']} from even rows): the weight a row "
-                     "gives the logit is weight no key receives, so a lower first-token weight is what the arm "
-                     "measures, not the absence of a place to put weight.")
+        share = _sink_shares(runs)["sink"]
+        lines.append(f"The sink logit's share of the weight ends at {share:.3f} on average over every query (a sink "
+                     f"logit of 0 would take {record['even_sink_share']} from even rows): weight no key receives; at "
+                     f"{SINK_WEIGHT} or more the logit is itself a sink, moved from the first token.")
     if "differential" in runs:
         lams = runs["differential"]["lambda"]
         lines.append("Differential attention uses DiffLlama's lambda_init by layer ("

@@ -106,7 +106,8 @@ def test_the_shipped_record_follows_its_schema():
     formed = {arm: run["sink_formed"] for arm, run in record["runs"].items()}
     assert record["claims"] == sink_austen_words._claims(record["intervals"], any(softmax["sink_formed"]),
                                                   record["settings"]["steps"], sink_austen_words._massive(softmax),
-                                                  formed, sink_austen_words._sink_shares(record["runs"]))
+                                                  formed, sink_austen_words._sink_shares(record["runs"]),
+                                                  sink_austen_words._divided(record["arms"]))
     assert record["baseline"]["bigram"] < record["baseline"]["unigram"]
     assert record["bonferroni"]["family"] == len(record["intervals"])
     assert record["run_seconds"] > 0
@@ -141,7 +142,9 @@ def test_no_sink_is_not_held_where_a_seed_formed_one_and_held_only_if_also_lower
     assert moved["first_token_weight"].startswith("not held: the learned sink logit takes 0.450")
     small = claims({"sink": lower}, True, 600, False, {"sink": [False] * 3}, {"sink": 0.1})["sink"]
     assert small["first_token_weight"].startswith("held")
-    divided = claims({"differential": unclear}, True, 600, False, {"differential": [True, False, False]})
+    assert sink_austen_words._divided(sink_austen.ARMS) == {"differential"}
+    divided = claims({"differential": unclear}, True, 600, False, {"differential": [True, False, False]}, None,
+                     {"differential"})
     assert divided["differential"]["first_token_weight"].startswith("not distinguishable: a sink in 1 of 3 seeds only")
 
 

@@ -12,8 +12,9 @@ Four measurements go to serving_runs.json, so that the lesson reads them without
   with and without the prefix cache;
 - speculative decoding: acceptance rate and tokens per model pass against draft length and temperature, for
   drafts made of the model's first layers and for prompt lookup;
-- batching: forward passes, and tokens a second (a timing: medians with their spread over repeats, one thread),
-  for static batches against continuous batching on the same requests.
+- batching: forward passes, tokens decoded, and useful tokens a second, for static batches against continuous
+  batching on the same requests (a timing on one thread: ``repeats`` pairs, one serve of each in a pair, the order
+  alternating from pair to pair, after one untimed serve of each; the paired difference with its 95% interval).
 """
 
 import argparse
@@ -23,6 +24,7 @@ import time
 import torch
 
 from attn.common.destinations import folder_argument
+from attn.common.stats import paired_interval
 from attn.common.validate import non_negative_number, positive_int, require_callable, type_name
 from attn.serving.pages import PagedKVCache
 from attn.serving.runner import check_servable, model_shape
@@ -39,7 +41,7 @@ SETTINGS = {
     "own_tokens": 32, "shared_new_tokens": 32,
     "draft_lengths": [1, 2, 4, 8], "temperatures": [0.0, 0.5, 1.0], "draft_prompts": 4, "draft_prompt_length": 64,
     "draft_new_tokens": 48, "draft_layers": [1, 2],
-    "batch_requests": 16, "batch_size": 4, "batch_prompt": 48, "batch_new_tokens": [4, 48], "repeats": 3,
+    "batch_requests": 16, "batch_size": 4, "batch_prompt": 48, "batch_new_tokens": [4, 48], "repeats": 20,
     "seed": 0,
 }
 MIN_PARAGRAPH = 8  # tokens: shorter paragraphs (chapter headings, one-word replies) are not prompts
@@ -175,15 +177,29 @@ def _serve(model, requests, batch_size, static):
 
 
 def batching(model, requests, settings, progress=print):
-    """Static against continuous batching on ``requests``: passes, and useful tokens a second over repeats."""
+    """Static against continuous batching on ``requests``: forward passes, tokens decoded (a static batch decodes
+    every request to its group's longest), and useful tokens a second, timed in pairs with alternating order."""
     useful = sum(asked for _, asked in requests)
-    record = {"requests": len(requests), "batch_size": settings["batch_size"], "useful_tokens": useful}
-    for name, static in (("static", True), ("continuous", False)):
-        runs = [_serve(model, requests, settings["batch_size"], static) for _ in range(settings["repeats"])]
-        rates = [useful / seconds for _, seconds in runs]
-        record[name] = {"passes": runs[0][0], "tokens_per_second": rates, "median": statistics.median(rates),
-                        "spread": [min(rates), max(rates)]}
-        progress(f"batching: {name}: {runs[0][0]} passes, median {statistics.median(rates):.0f} useful tokens/s")
+    size = settings["batch_size"]
+    groups = [requests[i:i + size] for i in range(0, len(requests), size)]
+    decoded = {"static": sum(len(group) * max(n for _, n in group) for group in groups), "continuous": useful}
+    for name in ("static", "continuous"):  # untimed: the first serve also pays for allocations made once
+        _serve(model, requests, size, name == "static")
+    passes, rates = {}, {"static": [], "continuous": []}
+    for pair in range(settings["repeats"]):
+        # Alternating which goes first in a pair: a machine that slows or speeds up within a pair favours neither.
+        for name in ("static", "continuous") if pair % 2 == 0 else ("continuous", "static"):
+            passes[name], seconds = _serve(model, requests, size, name == "static")
+            rates[name].append(useful / seconds)
+    record = {"requests": len(requests), "batch_size": size, "useful_tokens": useful, "pairs": settings["repeats"]}
+    for name in ("static", "continuous"):
+        record[name] = {"passes": passes[name], "decoded_tokens": decoded[name], "tokens_per_second": rates[name],
+                        "median": statistics.median(rates[name]), "spread": [min(rates[name]), max(rates[name])]}
+        progress(f"batching: {name}: {passes[name]} passes, median {record[name]['median']:.0f} useful tokens/s")
+    mean, low, high = paired_interval(rates["continuous"], rates["static"])
+    ratios = [c / s for c, s in zip(rates["continuous"], rates["static"], strict=True)]
+    record["continuous_minus_static"] = {"mean": mean, "low": low, "high": high}
+    record["speed_up"] = {"median": statistics.median(ratios), "spread": [min(ratios), max(ratios)]}
     return record
 
 
@@ -203,6 +219,9 @@ def measure(model, paragraphs, settings=None, progress=print):
     settings = {**SETTINGS, **(settings or {})}
     for name in ("max_length", "requests", "max_prompt", "repeats", "batch_size"):
         positive_int(name, settings[name])
+    if settings["repeats"] < 2:
+        raise ValueError(f"repeats must be at least 2 (the timing's paired interval needs two pairs), "
+                         f"got {settings['repeats']}")
     for temperature in settings["temperatures"]:
         non_negative_number("each of temperatures", temperature)
     torch.manual_seed(settings["seed"])

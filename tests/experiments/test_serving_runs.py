@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from attn.common.stats import paired_interval
 from attn.experiments import serving_runs
 from attn.models import lm
 from tests.notebooks import ROOT
@@ -15,7 +16,7 @@ TINY = {"requests": 6, "max_length": 40, "max_prompt": 24, "page_sizes": [1, 4, 
         "system_prompt": 12, "chapter": 24, "own_tokens": 6, "shared_new_tokens": 5, "draft_lengths": [1, 3],
         "temperatures": [0.0, 1.0], "draft_prompts": 2, "draft_prompt_length": 10, "draft_new_tokens": 6,
         "draft_layers": [1], "batch_requests": 5, "batch_size": 2, "batch_prompt": 8, "batch_new_tokens": [2, 6],
-        "repeats": 1}
+        "repeats": 2}
 
 
 def small_model():
@@ -44,8 +45,32 @@ def test_a_tiny_run_fills_every_part():
     assert len(record["speculation"]) == 2 * 2 * 2  # drafts x temperatures x lengths
     for row in record["speculation"]:
         assert 0 <= row["accepted"] <= row["proposed"] and row["passes"] * row["tokens_per_pass"] == pytest.approx(12)
-    assert record["batching"]["static"]["passes"] >= record["batching"]["continuous"]["passes"]
+    batching = record["batching"]
+    assert batching["static"]["passes"] >= batching["continuous"]["passes"]
+    assert batching["continuous"]["decoded_tokens"] == batching["useful_tokens"] <= batching["static"]["decoded_tokens"]
+    assert batching["pairs"] == 2 and all(len(batching[name]["tokens_per_second"]) == 2 for name in ("static", "continuous"))
+    interval = batching["continuous_minus_static"]
+    assert interval["low"] <= interval["mean"] <= interval["high"]
     assert any(line.startswith("batching: continuous") for line in lines)
+
+
+def test_the_timing_warms_up_each_then_alternates_which_goes_first(monkeypatch):
+    served = []
+
+    def fake_serve(model, requests, batch_size, static):
+        served.append("static" if static else "continuous")
+        return (7 if static else 5), (2.0 if static else 1.0) + 0.1 * len(served)
+
+    monkeypatch.setattr(serving_runs, "_serve", fake_serve)
+    requests = [([1, 2], 3), ([3], 1), ([4, 5, 6], 2)]
+    record = serving_runs.batching(None, requests, {"batch_size": 2, "repeats": 3}, progress=lambda line: None)
+    assert served == ["static", "continuous"] + ["static", "continuous", "continuous", "static", "static", "continuous"]
+    # decoded: the static groups [3, 1] and [2] decode 2 x 3 and 1 x 2 tokens; the continuous batch what was asked
+    assert record["static"]["decoded_tokens"] == 8 and record["continuous"]["decoded_tokens"] == 6
+    # the rates are paired in the order of the pairs, whichever went first: static 2.3, 2.6, 2.7 s; continuous 1.4 ...
+    assert record["static"]["tokens_per_second"] == pytest.approx([6 / 2.3, 6 / 2.6, 6 / 2.7])
+    assert record["continuous"]["tokens_per_second"] == pytest.approx([6 / 1.4, 6 / 1.5, 6 / 1.8])
+    assert record["continuous_minus_static"]["low"] > 0 and record["speed_up"]["spread"][0] > 1
 
 
 def test_pages_and_sharing_by_hand():
@@ -72,6 +97,8 @@ def test_arguments_are_checked_before_work(tmp_path, capsys):
         serving_runs.measure(small_model(), paragraphs(), TINY, progress=None)
     with pytest.raises(TypeError, match="model must be a language model"):
         serving_runs.measure(torch.nn.Linear(2, 2), paragraphs(), TINY)
+    with pytest.raises(ValueError, match="repeats must be at least 2"):
+        serving_runs.measure(small_model(), paragraphs(), {**TINY, "repeats": 1})
     with pytest.raises(ValueError, match="temperatures"):
         serving_runs.measure(small_model(), paragraphs(), {**TINY, "temperatures": [-1.0]})
 
@@ -110,5 +137,14 @@ def test_the_shipped_record_holds_what_the_lesson_says(shipped):
         for draft in ("first 1 layer", "first 2 layers"):
             assert rows[(draft, temperature, 1)]["acceptance"] > rows[(draft, temperature, 8)]["acceptance"]
     assert all(1 <= row["tokens_per_pass"] < 2.5 for row in rows.values())
-    # Continuous batching needs fewer passes than static batches for the same requests.
-    assert shipped["batching"]["continuous"]["passes"] < shipped["batching"]["static"]["passes"]
+    # Continuous batching needs fewer passes than static batches for the same requests, and decodes fewer tokens.
+    batching = shipped["batching"]
+    assert batching["continuous"]["passes"] < batching["static"]["passes"]
+    assert batching["continuous"]["decoded_tokens"] == batching["useful_tokens"] < batching["static"]["decoded_tokens"]
+    # The timing: one pair per repeat, and the interval is the one paired_interval gives for the stored rates.
+    assert batching["pairs"] == shipped["settings"]["repeats"] >= 10
+    rates = {name: batching[name]["tokens_per_second"] for name in ("static", "continuous")}
+    assert all(len(values) == batching["pairs"] for values in rates.values())
+    interval = batching["continuous_minus_static"]
+    assert (interval["mean"], interval["low"], interval["high"]) == pytest.approx(
+        paired_interval(rates["continuous"], rates["static"]), rel=1e-12)

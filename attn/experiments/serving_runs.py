@@ -12,12 +12,14 @@ Four measurements go to serving_runs.json, so that the lesson reads them without
   with and without the prefix cache;
 - speculative decoding: acceptance rate and tokens per model pass against draft length and temperature, for
   drafts made of the model's first layers and for prompt lookup;
-- batching: forward passes, tokens decoded, and useful tokens a second, for static batches against continuous
-  batching on the same requests (a timing on one thread: ``repeats`` pairs, one serve of each in a pair, the order
-  alternating from pair to pair, after one untimed serve of each; the paired difference with its 95% interval).
+- batching: forward passes (those that read a prompt among them), tokens decoded, and useful tokens a second, for
+  static batches against continuous batching on the same requests (a timing on one thread: ``repeats`` pairs, one
+  serve of each in a pair, the order alternating from pair to pair, after one untimed serve of each; the paired
+  difference and ratio with their 95% intervals), and the median time of each kind of pass.
 """
 
 import argparse
+import math
 import statistics
 import time
 
@@ -160,46 +162,70 @@ def speculation(model, prompts, settings, progress=print):
 
 
 def _serve(model, requests, batch_size, static):
-    """Forward passes and seconds to serve ``requests`` (prompt, new tokens): static batches of ``batch_size``
-    in arrival order, each decoding until its longest request is done, or one continuous batch."""
+    """Serve ``requests`` (prompt, new tokens) as static batches of ``batch_size`` in arrival order, each decoding
+    until its longest request is done, or as one continuous batch: (steps, seconds), steps a list of
+    (requests in the pass, its longest chunk, its seconds). The seconds include making each batch's pool."""
     layers, kv_heads, head_dim, dtype = model_shape(model)
     groups = [requests[i:i + batch_size] for i in range(0, len(requests), batch_size)] if static else [requests]
-    steps, started = 0, time.perf_counter()
+    steps, started = [], time.perf_counter()
     for group in groups:
         pages = sum(-(-(len(prompt) + max(n for _, n in group)) // 16) for prompt, _ in group)
         cache = PagedKVCache(pages, 16, kv_heads, head_dim, dtype, num_layers=layers)
         scheduler = Scheduler(model, cache, batch_size, chunk_size=256, prefix_caching=False)
         for prompt, asked in group:  # a static batch runs every request to the group's longest
             scheduler.add(prompt, max(n for _, n in group) if static else asked)
-        scheduler.run()
-        steps += scheduler.steps
+        while scheduler.has_work:
+            begun = time.perf_counter()
+            scheduler.step()
+            steps.append((scheduler.batch_sizes[-1], scheduler.widths[-1], time.perf_counter() - begun))
     return steps, time.perf_counter() - started
 
 
+def _step_costs(steps):
+    """Passes by kind and their median milliseconds, over every timed serve of one arm: passes that read a prompt
+    (the longest chunk is a prompt) and decoding passes by their number of requests."""
+    kinds = {}
+    for rows, width, seconds in steps:
+        kinds.setdefault("prompt" if width > 1 else f"decode {rows}", []).append(1000 * seconds)
+    return {kind: {"median_ms": statistics.median(times), "count": len(times)} for kind, times in sorted(kinds.items())}
+
+
 def batching(model, requests, settings, progress=print):
-    """Static against continuous batching on ``requests``: forward passes, tokens decoded (a static batch decodes
-    every request to its group's longest), and useful tokens a second, timed in pairs with alternating order."""
+    """Static against continuous batching on ``requests``, on one thread: forward passes (those that read a prompt
+    among them), tokens decoded (a static batch decodes every request to its group's longest), useful tokens a second
+    timed in pairs with alternating order, and each kind of pass's median time."""
     useful = sum(asked for _, asked in requests)
     size = settings["batch_size"]
     groups = [requests[i:i + size] for i in range(0, len(requests), size)]
     decoded = {"static": sum(len(group) * max(n for _, n in group) for group in groups), "continuous": useful}
-    for name in ("static", "continuous"):  # untimed: the first serve also pays for allocations made once
-        _serve(model, requests, size, name == "static")
-    passes, rates = {}, {"static": [], "continuous": []}
-    for pair in range(settings["repeats"]):
-        # Alternating which goes first in a pair: a machine that slows or speeds up within a pair favours neither.
-        for name in ("static", "continuous") if pair % 2 == 0 else ("continuous", "static"):
-            passes[name], seconds = _serve(model, requests, size, name == "static")
-            rates[name].append(useful / seconds)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the timing is one thread's, whoever calls
+    try:
+        for name in ("static", "continuous"):  # untimed: a run's first serves tend to be slower
+            _serve(model, requests, size, name == "static")
+        passes, rates, steps = {}, {"static": [], "continuous": []}, {"static": [], "continuous": []}
+        for pair in range(settings["repeats"]):
+            # Alternating which goes first in a pair: a machine that slows or speeds up within a pair favours neither.
+            for name in ("static", "continuous") if pair % 2 == 0 else ("continuous", "static"):
+                served, seconds = _serve(model, requests, size, name == "static")
+                passes[name] = served
+                steps[name] += served
+                rates[name].append(useful / seconds)
+    finally:
+        torch.set_num_threads(threads)
     record = {"requests": len(requests), "batch_size": size, "useful_tokens": useful, "pairs": settings["repeats"]}
     for name in ("static", "continuous"):
-        record[name] = {"passes": passes[name], "decoded_tokens": decoded[name], "tokens_per_second": rates[name],
-                        "median": statistics.median(rates[name]), "spread": [min(rates[name]), max(rates[name])]}
-        progress(f"batching: {name}: {passes[name]} passes, median {record[name]['median']:.0f} useful tokens/s")
+        record[name] = {"passes": len(passes[name]), "prompt_passes": sum(width > 1 for _, width, _ in passes[name]),
+                        "decoded_tokens": decoded[name], "tokens_per_second": rates[name],
+                        "median": statistics.median(rates[name]), "spread": [min(rates[name]), max(rates[name])],
+                        "pass_ms": _step_costs(steps[name])}
+        progress(f"batching: {name}: {len(passes[name])} passes, median {record[name]['median']:.0f} useful tokens/s")
     mean, low, high = paired_interval(rates["continuous"], rates["static"])
-    ratios = [c / s for c, s in zip(rates["continuous"], rates["static"], strict=True)]
     record["continuous_minus_static"] = {"mean": mean, "low": low, "high": high}
-    record["speed_up"] = {"median": statistics.median(ratios), "spread": [min(ratios), max(ratios)]}
+    ratios = [c / s for c, s in zip(rates["continuous"], rates["static"], strict=True)]
+    logs = paired_interval([math.log(rate) for rate in rates["continuous"]], [math.log(rate) for rate in rates["static"]])
+    record["speed_up"] = {"median": statistics.median(ratios), "spread": [min(ratios), max(ratios)],
+                          "geometric_mean": math.exp(logs[0]), "low": math.exp(logs[1]), "high": math.exp(logs[2])}
     return record
 
 

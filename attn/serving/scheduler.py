@@ -59,7 +59,8 @@ class Scheduler:
     add(prompt, max_new_tokens) -> request id (prompt: a list of token ids, or a 1-D integer tensor);
     step() -> ids finished in this step (one forward pass); run() steps until every request is done;
     results[id]: the generated token ids. Statistics: steps, preemptions, prefix_hits (positions found cached),
-    batch_sizes (requests per step)."""
+    batch_sizes (requests per step), widths (the longest chunk per step: 1 when every request decodes; the pass is
+    padded to it for every request)."""
 
     def __init__(self, model, cache, max_batch_size=8, chunk_size=32, prefix_caching=True):
         self.model = check_servable(model)
@@ -71,7 +72,7 @@ class Scheduler:
         self.prefix_caching = prefix_caching
         self.waiting, self.running, self.requests, self.results = collections.deque(), [], {}, {}
         self.steps = self.preemptions = self.prefix_hits = 0
-        self.batch_sizes = []
+        self.batch_sizes, self.widths = [], []
 
     def add(self, prompt, max_new_tokens):
         """Queue a request; returns its id. Refused with a sentence if it could never fit the pool or the model."""
@@ -123,6 +124,7 @@ class Scheduler:
             logits = forward_step(self.model, self.cache, seqs, chunks, starts, slots)  # (S, V)
         self.steps += 1
         self.batch_sizes.append(len(plan))
+        self.widths.append(max(size for _, size in plan))
         finished = []
         for row, (request, size) in enumerate(plan):
             request.computed += size

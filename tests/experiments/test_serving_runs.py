@@ -2,6 +2,7 @@
 (its shape, and the claims the lesson makes from it)."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -59,11 +60,14 @@ def test_the_timing_warms_up_each_then_alternates_which_goes_first(monkeypatch):
 
     def fake_serve(model, requests, batch_size, static):
         served.append("static" if static else "continuous")
-        return (7 if static else 5), (2.0 if static else 1.0) + 0.1 * len(served)
+        steps = [(2, 3, 0.010), (2, 1, 0.004), (1, 1, 0.003)] if static else [(2, 3, 0.012), (1, 1, 0.003)]
+        return steps, (2.0 if static else 1.0) + 0.1 * len(served)
 
     monkeypatch.setattr(serving_runs, "_serve", fake_serve)
     requests = [([1, 2], 3), ([3], 1), ([4, 5, 6], 2)]
+    threads = torch.get_num_threads()
     record = serving_runs.batching(None, requests, {"batch_size": 2, "repeats": 3}, progress=lambda line: None)
+    assert torch.get_num_threads() == threads  # timed on one thread, the caller's threads given back
     assert served == ["static", "continuous"] + ["static", "continuous", "continuous", "static", "static", "continuous"]
     # decoded: the static groups [3, 1] and [2] decode 2 x 3 and 1 x 2 tokens; the continuous batch what was asked
     assert record["static"]["decoded_tokens"] == 8 and record["continuous"]["decoded_tokens"] == 6
@@ -71,6 +75,13 @@ def test_the_timing_warms_up_each_then_alternates_which_goes_first(monkeypatch):
     assert record["static"]["tokens_per_second"] == pytest.approx([6 / 2.3, 6 / 2.6, 6 / 2.7])
     assert record["continuous"]["tokens_per_second"] == pytest.approx([6 / 1.4, 6 / 1.5, 6 / 1.8])
     assert record["continuous_minus_static"]["low"] > 0 and record["speed_up"]["spread"][0] > 1
+    assert record["speed_up"]["low"] <= record["speed_up"]["geometric_mean"] <= record["speed_up"]["high"]
+    # passes by kind, over the three timed serves of each arm (the warm-up's are not counted)
+    assert (record["static"]["passes"], record["static"]["prompt_passes"]) == (3, 1)
+    assert record["static"]["pass_ms"] == {"decode 1": {"median_ms": pytest.approx(3.0), "count": 3},
+                                           "decode 2": {"median_ms": pytest.approx(4.0), "count": 3},
+                                           "prompt": {"median_ms": pytest.approx(10.0), "count": 3}}
+    assert record["continuous"]["pass_ms"]["prompt"] == {"median_ms": pytest.approx(12.0), "count": 3}
 
 
 def test_pages_and_sharing_by_hand():
@@ -148,3 +159,14 @@ def test_the_shipped_record_holds_what_the_lesson_says(shipped):
     interval = batching["continuous_minus_static"]
     assert (interval["mean"], interval["low"], interval["high"]) == pytest.approx(
         paired_interval(rates["continuous"], rates["static"]), rel=1e-12)
+    logs = paired_interval([math.log(rate) for rate in rates["continuous"]], [math.log(rate) for rate in rates["static"]])
+    speed_up = batching["speed_up"]
+    assert (speed_up["geometric_mean"], speed_up["low"], speed_up["high"]) == pytest.approx(
+        tuple(math.exp(value) for value in logs), rel=1e-12)
+    # A request admitted mid-run reads its prompt in a pass of its own width: more such passes for continuous batching.
+    assert batching["static"]["prompt_passes"] == batching["requests"] // batching["batch_size"]  # one a static batch
+    assert batching["continuous"]["prompt_passes"] > batching["static"]["prompt_passes"]
+    for name in ("static", "continuous"):
+        kinds = batching[name]["pass_ms"]
+        assert sum(kind["count"] for kind in kinds.values()) == batching["pairs"] * batching[name]["passes"]
+        assert kinds["prompt"]["count"] == batching["pairs"] * batching[name]["prompt_passes"]

@@ -147,6 +147,8 @@ def test_the_scheduler_takes_lesson_10_s_and_lesson_21_s_caches(make):
     results = scheduler.run()
     assert [results[i] for i in ids] == expected and scheduler.preemptions == 0 and max(scheduler.batch_sizes) == 2
     assert all(request.caches is None for request in scheduler.requests.values())  # retired with their requests
+    # widths: the longest chunk of each step: both prompts at once (12), decoding (1), the late prompt beside a decode
+    assert scheduler.widths[:2] == [12, 1] and 14 in scheduler.widths and len(scheduler.widths) == scheduler.steps
     if make is KVCache:  # lesson 10's decoding, which generate_batch's paged tokens equal (the first test)
         assert expected == [alone(model, prompt, 6) for prompt in prompts]
     else:  # the compressed cache changes the tokens of at least one prompt: the test can tell the kinds apart

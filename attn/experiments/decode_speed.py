@@ -29,9 +29,7 @@ Each time is summarised by its median, quartiles and extremes over the repeats; 
 The record names the machine (processor, cores, load average before and after): rerun it on a quiet one.
 """
 
-import contextlib
 import os
-import platform
 import statistics
 import time
 import warnings
@@ -40,7 +38,7 @@ from pathlib import Path
 import torch
 
 from attn.common.validate import require_callable, type_name
-from attn.experiments.records import sized_command, write_record
+from attn.experiments.records import machine, sized_command, write_record
 from attn.models.decoder import decoding_caches, generate
 
 RESULTS_NAME = "decode_speed.json"
@@ -253,16 +251,6 @@ def _profile_step(model, prompt, checked):
 # The command -------------------------------------------------------------------------------------------------
 
 
-def _machine():
-    processor = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                processor = line.split(":", 1)[1].strip()
-                break
-    return {"processor": processor, "cores": os.cpu_count(), "system": platform.system()}
-
-
 def _model_and_tokens(size, settings):
     """The model, the prompt (1, prompt_tokens), the forward pass's tokens (1, forward_tokens) and what they are."""
     length = max(settings["prompt_tokens"], settings["forward_tokens"])
@@ -315,7 +303,7 @@ def run(out, size="full", progress=print):
         "size": size, "model": what, "text": text, "dtype": str(model.token_embedding.weight.dtype).replace("torch.", ""),
         **{key: settings[key] for key in ("prompt_tokens", "new_tokens", "forward_tokens", "repeats")},
         "weights": {"tensors": len(list(model.parameters())), "bytes": sum(p.nbytes for p in model.parameters())},
-        "machine": {**_machine(), "load_average_before": [round(v, 2) for v in load_before],
+        "machine": {**machine(), "load_average_before": [round(v, 2) for v in load_before],
                     "load_average_after": [round(v, 2) for v in os.getloadavg()]},
         "transformers": transformers.__version__, "same_tokens": True,
         "continuation": tokenizer.decode(continuation) if tokenizer else continuation,

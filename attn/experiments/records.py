@@ -7,8 +7,10 @@ half a file. The three that read SmolLM2 also share their command line (``sized_
 """
 
 import argparse
+import contextlib
 import json
 import numbers
+import os
 import platform
 import sys
 from pathlib import Path
@@ -47,6 +49,22 @@ def check_out(out):
     problem = folder_problem(out)
     if problem:
         raise ValueError(problem)
+
+
+def machine():
+    """What timed a record: the processor's name (from /proc/cpuinfo where there is one), cores, the system, and the
+    load average over the last minute (tasks running or waiting for a core; None where the system does not say)."""
+    processor = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                processor = line.split(":", 1)[1].strip()
+                break
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        load = None
+    return {"processor": processor, "cores": os.cpu_count(), "system": platform.system(), "load": load}
 
 
 def shipped_record(name):

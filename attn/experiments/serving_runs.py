@@ -15,7 +15,9 @@ Four measurements go to serving_runs.json, so that the lesson reads them without
 - batching: forward passes (those that read a prompt among them), tokens decoded, and useful tokens a second, for
   static batches against continuous batching on the same requests (a timing on one thread: ``repeats`` pairs, one
   serve of each in a pair, the order alternating from pair to pair, after one untimed serve of each; the paired
-  difference and ratio with their 95% intervals), and the median time of each kind of pass.
+  difference and ratio with their 95% intervals), the median time of each kind of pass and of the longest prompt read
+  alone (a pass with no padding), with the machine that
+  timed them (processor, cores, the load average over the minute before, ``load``, and after).
 """
 
 import argparse
@@ -28,6 +30,7 @@ import torch
 from attn.common.destinations import folder_argument
 from attn.common.stats import paired_interval
 from attn.common.validate import non_negative_number, positive_int, require_callable, type_name
+from attn.experiments.records import machine
 from attn.serving.pages import PagedKVCache
 from attn.serving.runner import check_servable, model_shape
 from attn.serving.scheduler import Scheduler
@@ -198,7 +201,7 @@ def batching(model, requests, settings, progress=print):
     size = settings["batch_size"]
     groups = [requests[i:i + size] for i in range(0, len(requests), size)]
     decoded = {"static": sum(len(group) * max(n for _, n in group) for group in groups), "continuous": useful}
-    threads = torch.get_num_threads()
+    threads, before = torch.get_num_threads(), machine()
     torch.set_num_threads(1)  # the timing is one thread's, whoever calls
     try:
         for name in ("static", "continuous"):  # untimed: a run's first serves tend to be slower
@@ -211,15 +214,20 @@ def batching(model, requests, settings, progress=print):
                 passes[name] = served
                 steps[name] += served
                 rates[name].append(useful / seconds)
+        # The longest prompt read alone, in a pass of its own width (no padding): what a prompt pass costs unpadded.
+        longest = max((prompt for prompt, _ in requests), key=len)
+        alone = [_serve(model, [(longest, 1)], 1, False)[0][0][2] for _ in range(settings["repeats"])]
     finally:
         torch.set_num_threads(threads)
-    record = {"requests": len(requests), "batch_size": size, "useful_tokens": useful, "pairs": settings["repeats"]}
+    record = {"requests": len(requests), "batch_size": size, "useful_tokens": useful, "pairs": settings["repeats"],
+              "machine": {**before, "load_after": machine()["load"]}}
     for name in ("static", "continuous"):
         record[name] = {"passes": len(passes[name]), "prompt_passes": sum(width > 1 for _, width, _ in passes[name]),
                         "decoded_tokens": decoded[name], "tokens_per_second": rates[name],
                         "median": statistics.median(rates[name]), "spread": [min(rates[name]), max(rates[name])],
                         "pass_ms": _step_costs(steps[name])}
         progress(f"batching: {name}: {len(passes[name])} passes, median {record[name]['median']:.0f} useful tokens/s")
+    record["prompt_alone"] = {"tokens": len(longest), "median_ms": 1000 * statistics.median(alone)}
     mean, low, high = paired_interval(rates["continuous"], rates["static"])
     record["continuous_minus_static"] = {"mean": mean, "low": low, "high": high}
     ratios = [c / s for c, s in zip(rates["continuous"], rates["static"], strict=True)]

@@ -68,7 +68,9 @@ def test_the_timing_warms_up_each_then_alternates_which_goes_first(monkeypatch):
     threads = torch.get_num_threads()
     record = serving_runs.batching(None, requests, {"batch_size": 2, "repeats": 3}, progress=lambda line: None)
     assert torch.get_num_threads() == threads  # timed on one thread, the caller's threads given back
-    assert served == ["static", "continuous"] + ["static", "continuous", "continuous", "static", "static", "continuous"]
+    assert served == ["static", "continuous"] + ["static", "continuous", "continuous", "static", "static", "continuous"] + [
+        "continuous"] * 3  # then the longest prompt alone, once a pair
+    assert record["prompt_alone"] == {"tokens": 3, "median_ms": pytest.approx(12.0)}
     # decoded: the static groups [3, 1] and [2] decode 2 x 3 and 1 x 2 tokens; the continuous batch what was asked
     assert record["static"]["decoded_tokens"] == 8 and record["continuous"]["decoded_tokens"] == 6
     # the rates are paired in the order of the pairs, whichever went first: static 2.3, 2.6, 2.7 s; continuous 1.4 ...
@@ -82,6 +84,7 @@ def test_the_timing_warms_up_each_then_alternates_which_goes_first(monkeypatch):
                                            "decode 2": {"median_ms": pytest.approx(4.0), "count": 3},
                                            "prompt": {"median_ms": pytest.approx(10.0), "count": 3}}
     assert record["continuous"]["pass_ms"]["prompt"] == {"median_ms": pytest.approx(12.0), "count": 3}
+    assert set(record["machine"]) == {"processor", "cores", "system", "load", "load_after"}
 
 
 def test_pages_and_sharing_by_hand():
@@ -164,9 +167,23 @@ def test_the_shipped_record_holds_what_the_lesson_says(shipped):
     assert (speed_up["geometric_mean"], speed_up["low"], speed_up["high"]) == pytest.approx(
         tuple(math.exp(value) for value in logs), rel=1e-12)
     # A request admitted mid-run reads its prompt in a pass of its own width: more such passes for continuous batching.
-    assert batching["static"]["prompt_passes"] == batching["requests"] // batching["batch_size"]  # one a static batch
+    assert batching["static"]["prompt_passes"] == -(-batching["requests"] // batching["batch_size"])  # one a batch
     assert batching["continuous"]["prompt_passes"] > batching["static"]["prompt_passes"]
     for name in ("static", "continuous"):
         kinds = batching[name]["pass_ms"]
         assert sum(kind["count"] for kind in kinds.values()) == batching["pairs"] * batching[name]["passes"]
         assert kinds["prompt"]["count"] == batching["pairs"] * batching[name]["prompt_passes"]
+    # What the words say of the timing: continuous ahead in every pair; the passes' medians add up to a run's time
+    # within 1%; each request more adds under a millisecond to a decoding pass, most of which does not grow with them;
+    # a prompt pass padded beside decoding requests costs what one reading four prompts does, and more than twice the
+    # longest prompt read alone.
+    assert batching["speed_up"]["spread"][0] > 1
+    for name in ("static", "continuous"):
+        kinds = batching[name]["pass_ms"]
+        total = sum(kind["count"] // batching["pairs"] * kind["median_ms"] for kind in kinds.values())
+        assert total == pytest.approx(1000 * batching["useful_tokens"] / batching[name]["median"], rel=0.01)
+    continuous, static = batching["continuous"]["pass_ms"], batching["static"]["pass_ms"]
+    extra = (continuous["decode 4"]["median_ms"] - continuous["decode 1"]["median_ms"]) / 3  # each request more
+    assert 0 < extra < 1 and continuous["decode 1"]["median_ms"] - extra > continuous["decode 4"]["median_ms"] / 2
+    assert continuous["prompt"]["median_ms"] == pytest.approx(static["prompt"]["median_ms"], rel=0.05)
+    assert continuous["prompt"]["median_ms"] > 2 * batching["prompt_alone"]["median_ms"]

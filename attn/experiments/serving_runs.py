@@ -15,9 +15,9 @@ Four measurements go to serving_runs.json, so that the lesson reads them without
 - batching: forward passes (those that read a prompt among them), tokens decoded, and useful tokens a second, for
   static batches against continuous batching on the same requests (a timing on one thread: ``repeats`` pairs, one
   serve of each in a pair, the order alternating from pair to pair, after one untimed serve of each; the paired
-  difference and ratio with their 95% intervals), the median time of each kind of pass and of the longest prompt read
-  alone (a pass with no padding), with the machine that
-  timed them (processor, cores, the load average over the minute before, ``load``, and after).
+  difference and ratio with their 95% intervals), the median time of each kind of pass and of the longest prompt
+  read alone (a pass with no padding), and the machine that timed them (processor, cores, the load average over the
+  minute before, ``load``, and after).
 """
 
 import argparse
@@ -184,6 +184,13 @@ def _serve(model, requests, batch_size, static):
     return steps, time.perf_counter() - started
 
 
+def _prompt_alone_seconds(model, prompt):
+    """Seconds of the pass that reads ``prompt`` alone: asking for one token, its run is that one pass."""
+    steps, _ = _serve(model, [(prompt, 1)], 1, static=False)
+    (_, _, seconds), = steps  # its one pass
+    return seconds
+
+
 def _step_costs(steps):
     """Passes by kind and their median milliseconds, over every timed serve of one arm: passes that read a prompt
     (the longest chunk is a prompt) and decoding passes by their number of requests."""
@@ -216,7 +223,7 @@ def batching(model, requests, settings, progress=print):
                 rates[name].append(useful / seconds)
         # The longest prompt read alone, in a pass of its own width (no padding): what a prompt pass costs unpadded.
         longest = max((prompt for prompt, _ in requests), key=len)
-        alone = [_serve(model, [(longest, 1)], 1, False)[0][0][2] for _ in range(settings["repeats"])]
+        alone = [_prompt_alone_seconds(model, longest) for _ in range(settings["repeats"])]
     finally:
         torch.set_num_threads(threads)
     record = {"requests": len(requests), "batch_size": size, "useful_tokens": useful, "pairs": settings["repeats"],

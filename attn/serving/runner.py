@@ -6,12 +6,16 @@ server's step holds sequences at different positions, some decoding one token an
 prompt, so ``forward_step`` runs the model's own layers and weights with the attention replaced: every sequence's
 chunk is rotated at its own positions, attends to its cached pages and to itself (merged by log-sum-exp), and its
 keys and values are written into the pages the scheduler reserved.
+
+Checks at the door: ``check_servable`` refuses a model whose weights hold NaN or inf, once, before any request is
+served; a step makes its rotary angles once for all its layers (``rotary_angles``, then ``rotate`` in each layer),
+and looks at its logits once, at the end.
 """
 
 import torch
 
-from attn.common.validate import type_name
-from attn.positions import apply_rotary
+from attn.common.validate import has_only_finite, type_name
+from attn.positions import rotary_angles, rotate
 from attn.serving.paged_attention import _merge_attention, chunk_attention, paged_attention
 
 __all__ = ["check_servable"]  # forward_step: the scheduler's, which checked its arguments
@@ -33,6 +37,10 @@ def check_servable(model):
         scaling = layer.rotary_scaling or {}
         if scaling.get("rope_type") == "dynamic":
             raise ValueError("dynamic rotary scaling reads each sequence's length: a batch of several lengths cannot share it")
+    broken = next((name for name, parameter in model.named_parameters() if not has_only_finite(parameter)), None)
+    if broken is not None:
+        raise ValueError(f"the model's weight {broken} holds NaN or inf: every token it served would be garbage; "
+                         "load the weights again")
     return model
 
 
@@ -62,14 +70,39 @@ def forward_step(model, cache, seqs, chunks, starts, slots):
     x = model.token_embedding(tokens)  # (S, C, E)
     if hasattr(model, "position_embedding"):  # lesson 10's Decoder learns a table of positions
         x = x + model.position_embedding(positions.clamp(max=model.max_length - 1))
+    angles = _StepAngles(positions, x.dtype)
     for layer, block in enumerate(model.blocks):
         attention_norm, mlp_norm = _norms(block)
-        step = _LayerStep(block.attention, cache, layer, block_tables, context, positions, lengths)
+        step = _LayerStep(block.attention, cache, layer, block_tables, context, angles, lengths)
         x = x + step(attention_norm(x), real, written)
         mlp_out = block.mlp(mlp_norm(x))
         x = x + mlp_out
     last = x[torch.arange(len(seqs)), lengths - 1]  # (S, E): each chunk's last real token
-    return model.readout(model.norm(last))  # (S, V)
+    logits = model.readout(model.norm(last))  # (S, V)
+    if not has_only_finite(logits):  # the weights were finite at the door: something overflowed
+        raise ValueError(f"the logits of this step hold NaN or inf although the model's weights are finite: a layer "
+                         f"overflowed {logits.dtype}; serve the model in float32 or float64")
+    return logits
+
+
+class _StepAngles:
+    """The rotary angles of one step's positions (S, C), made once for all the layers that share their settings
+    (head size, base, scaling, fraction): ``angles(layer)`` gives a RotaryAngles for (S, 1, C), one for every head."""
+
+    def __init__(self, positions, dtype):
+        self.positions = positions[:, None, :]  # (S, 1, C): the same angles for every head
+        self.compute = torch.float64 if dtype == torch.float64 else torch.float32  # as apply_rotary computes them
+        self.made = []  # (settings, angles): a list, since a scaling is a dict
+
+    def __call__(self, layer):
+        settings = (layer.head_dim, layer.rotary_base, layer.rotary_scaling, layer.rotary_fraction)
+        for made_for, angles in self.made:
+            if made_for == settings:
+                return angles
+        angles = rotary_angles(self.positions, layer.head_dim, layer.rotary_base, layer.rotary_scaling,
+                               layer.rotary_fraction, dtype=self.compute)
+        self.made.append((settings, angles))
+        return angles
 
 
 def _norms(block):
@@ -83,9 +116,9 @@ class _LayerStep:
     """One attention layer's work in a step: projections, rotary at each token's position, attention over the
     cached pages and over the chunk (merged by log-sum-exp), the new keys and values written into the pages."""
 
-    def __init__(self, layer, cache, index, block_tables, context, positions, lengths):
+    def __init__(self, layer, cache, index, block_tables, context, angles, lengths):
         self.layer, self.cache, self.index = layer, cache, index
-        self.block_tables, self.context, self.positions, self.lengths = block_tables, context, positions, lengths
+        self.block_tables, self.context, self.angles, self.lengths = block_tables, context, angles, lengths
 
     def __call__(self, x, real, written):
         layer = self.layer
@@ -93,10 +126,9 @@ class _LayerStep:
         q = layer.query_proj(x).view(batch, width, layer.num_heads, layer.head_dim).transpose(1, 2)  # (S, H, C, d)
         k = layer.key_proj(x).view(batch, width, layer.num_kv_heads, layer.head_dim).transpose(1, 2)  # (S, H_kv, C, d)
         v = layer.value_proj(x).view(batch, width, layer.num_kv_heads, layer.head_dim).transpose(1, 2)
-        if layer.rotary_base is not None:
-            turn = {"base": layer.rotary_base, "scaling": layer.rotary_scaling, "rotary_fraction": layer.rotary_fraction}
-            q = apply_rotary(q, self.positions[:, None, :], **turn)
-            k = apply_rotary(k, self.positions[:, None, :], **turn)
+        if layer.rotary_base is not None:  # each token turned at its own position, by angles made once a step
+            turn = self.angles(layer)
+            q, k = rotate(q, turn), rotate(k, turn)
         cached = paged_attention(q, self.cache.key_pages[self.index], self.cache.value_pages[self.index],
                                  self.block_tables, self.context)  # over positions < start: (S, H, C, d), (S, H, C)
         own = chunk_attention(q, k, v, self.lengths)  # over the chunk itself, causal

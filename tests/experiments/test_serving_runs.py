@@ -176,14 +176,14 @@ def test_the_shipped_record_holds_what_the_lesson_says(shipped):
         assert sum(kind["count"] for kind in kinds.values()) == batching["pairs"] * batching[name]["passes"]
         assert kinds["prompt"]["count"] == batching["pairs"] * batching[name]["prompt_passes"]
     # What the words say of the timing: continuous ahead in every pair; the passes' medians add up to a run's time
-    # within 1%; each request more adds under a millisecond to a decoding pass, most of which does not grow with them;
+    # within 2%; each request more adds under a millisecond to a decoding pass, most of which does not grow with them;
     # a prompt pass padded beside decoding requests costs what one reading four prompts does, and more than twice the
     # longest prompt read alone.
     assert batching["speed_up"]["spread"][0] > 1
     for name in ("static", "continuous"):
         kinds = batching[name]["pass_ms"]
         total = sum(kind["count"] // batching["pairs"] * kind["median_ms"] for kind in kinds.values())
-        assert total == pytest.approx(1000 * batching["useful_tokens"] / batching[name]["median"], rel=0.01)
+        assert total == pytest.approx(1000 * batching["useful_tokens"] / batching[name]["median"], rel=0.02)
     continuous, static = batching["continuous"]["pass_ms"], batching["static"]["pass_ms"]
     extra = (continuous["decode 4"]["median_ms"] - continuous["decode 1"]["median_ms"]) / 3  # each request more
     assert 0 < extra < 1 and continuous["decode 1"]["median_ms"] - extra > continuous["decode 4"]["median_ms"] / 2

@@ -165,3 +165,41 @@ def test_the_scheduler_refuses_a_cache_it_cannot_use():
                          (lambda: 3, "must return a new cache"), (lambda: shared, "must return a new cache")):
         with pytest.raises(TypeError, match=words):
             Scheduler(model, cache)
+
+
+def test_a_step_makes_its_rotary_angles_once_for_all_its_layers(monkeypatch):
+    """The angles depend on the positions only: made once a step, not once a layer (nor twice, for queries and keys)."""
+    import attn.serving.runner as runner
+
+    made = []
+
+    def counted(*args, **kwargs):
+        made.append(args[0].shape)
+        return rotary_angles(*args, **kwargs)
+
+    rotary_angles = runner.rotary_angles
+    monkeypatch.setattr(runner, "rotary_angles", counted)
+    model = LlamaLM(VOCAB, 64, 16, 4, 2, 3, 32).double().eval()  # three layers
+    scheduler = Scheduler(model, PagedKVCache(8, 4, 2, 4, torch.float64, num_layers=3), max_batch_size=2, chunk_size=4)
+    for prompt in ([1, 2, 3, 4, 5, 6], [7, 8]):
+        scheduler.add(prompt, 3)
+    scheduler.run()
+    assert len(made) == scheduler.steps and all(shape[1] == 1 for shape in made)  # (S, 1, C): one set for every head
+
+
+def test_weights_with_nan_are_refused_at_the_door_and_an_overflow_is_named():
+    model = LlamaLM(VOCAB, 64, 16, 4, 2, 2, 32).eval()
+    with torch.no_grad():
+        model.blocks[1].mlp.down_proj.weight[0, 0] = float("nan")  # past attention: no rotation would see it
+    cache = PagedKVCache(8, 4, 2, 4, torch.float32, num_layers=2)
+    with pytest.raises(ValueError, match=r"weight blocks\.1\.mlp\.down_proj\.weight holds NaN or inf"):
+        Scheduler(model, cache)
+    with pytest.raises(ValueError, match="holds NaN or inf"):
+        generate_batch(model, [[1, 2, 3]], 2)
+    assert cache.num_free_pages == 8  # refused before anything was reserved
+    with torch.no_grad():
+        model.blocks[1].mlp.down_proj.weight[0, 0] = 0.0
+        model.norm.weight.fill_(1e20)
+        model.readout.weight.fill_(1e20)  # finite, but their product overflows float32 in the logits
+    with pytest.raises(ValueError, match="the logits of this step hold NaN or inf although the model's weights are finite"):
+        generate_batch(model, [[1, 2, 3]], 2)

@@ -131,6 +131,8 @@ EXEMPT = {
     "attn.experiments.decode_speed, swept); it checks size, out and progress before loading anything",
     "attn.experiments.vit_runs.run": "trains lesson 23's ViTs and baselines for minutes (python -m "
     "attn.experiments.vit_runs, swept); it checks size, out and progress before loading anything",
+    "attn.experiments.serving_smollm2.run": "times SmolLM2 serving static and continuous batches for minutes (python -m "
+    "attn.experiments.serving_smollm2, swept); it checks out, size and progress before loading anything",
     "attn.positions.RotaryAngles": "a record (NamedTuple) of checked rotary angles, built by rotary_angles (swept); "
     "rotate checks that it is one",
     "attn.experiments.position_runs.run_all": "trains lesson 17's NoPE and rotary runs (python -m "

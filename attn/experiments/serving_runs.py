@@ -16,7 +16,8 @@ Four measurements go to serving_runs.json, so that the lesson reads them without
   static batches against continuous batching on the same requests (a timing on one thread: ``repeats`` pairs, one
   serve of each in a pair, the order alternating from pair to pair, after one untimed serve of each; the paired
   difference and ratio with their 95% intervals), the median time of each kind of pass and of the longest prompt
-  read alone (a pass with no padding), and the machine that timed them (processor, cores, the load average over the
+  read alone (a pass with no padding), the model's own forward pass over 1 to ``batch_size`` + 1 rows of one token
+  (outside the server: what a row costs), and the machine that timed them (processor, cores, the load average over the
   minute before, ``load``, and after).
 """
 
@@ -167,10 +168,12 @@ def speculation(model, prompts, settings, progress=print):
 def _serve(model, requests, batch_size, static):
     """Serve ``requests`` (prompt, new tokens) as static batches of ``batch_size`` in arrival order, each decoding
     until its longest request is done, or as one continuous batch: (steps, seconds), steps a list of
-    (requests in the pass, its longest chunk, its seconds). The seconds include making each batch's pool."""
+    (requests in the pass, its longest chunk, its seconds), seconds the passes' time. Making each batch's pool and
+    scheduler is not timed: static batches make four where the continuous batch makes one, and a scheduler checks
+    the model's weights at its door, which on SmolLM2 takes about as long as a pass."""
     layers, kv_heads, head_dim, dtype = model_shape(model)
     groups = [requests[i:i + batch_size] for i in range(0, len(requests), batch_size)] if static else [requests]
-    steps, started = [], time.perf_counter()
+    steps = []
     for group in groups:
         pages = sum(-(-(len(prompt) + max(n for _, n in group)) // 16) for prompt, _ in group)
         cache = PagedKVCache(pages, 16, kv_heads, head_dim, dtype, num_layers=layers)
@@ -181,7 +184,7 @@ def _serve(model, requests, batch_size, static):
             begun = time.perf_counter()
             scheduler.step()
             steps.append((scheduler.batch_sizes[-1], scheduler.widths[-1], time.perf_counter() - begun))
-    return steps, time.perf_counter() - started
+    return steps, sum(seconds for _, _, seconds in steps)
 
 
 def _prompt_alone_seconds(model, prompt):
@@ -189,6 +192,23 @@ def _prompt_alone_seconds(model, prompt):
     steps, _ = _serve(model, [(prompt, 1)], 1, static=False)
     (_, _, seconds), = steps  # its one pass
     return seconds
+
+
+@torch.no_grad()
+def _forward_ms(model, most_rows, repeats):
+    """{rows: median milliseconds} of the model's own forward pass over 1 to ``most_rows`` rows of one token each
+    (no cache, no server): what a pass costs by its number of rows, outside the scheduler."""
+    times = {}
+    for rows in range(1, most_rows + 1):
+        tokens = torch.ones(rows, 1, dtype=torch.int64)
+        model(tokens)  # untimed, as the runs' first serve
+        seconds = []
+        for _ in range(repeats):
+            begun = time.perf_counter()
+            model(tokens)
+            seconds.append(time.perf_counter() - begun)
+        times[str(rows)] = 1000 * statistics.median(seconds)
+    return times
 
 
 def _step_costs(steps):
@@ -224,6 +244,7 @@ def batching(model, requests, settings, progress=print):
         # The longest prompt read alone, in a pass of its own width (no padding): what a prompt pass costs unpadded.
         longest = max((prompt for prompt, _ in requests), key=len)
         alone = [_prompt_alone_seconds(model, longest) for _ in range(settings["repeats"])]
+        forward = _forward_ms(model, size + 1, settings["repeats"])
     finally:
         torch.set_num_threads(threads)
     record = {"requests": len(requests), "batch_size": size, "useful_tokens": useful, "pairs": settings["repeats"],
@@ -235,6 +256,7 @@ def batching(model, requests, settings, progress=print):
                         "pass_ms": _step_costs(steps[name])}
         progress(f"batching: {name}: {len(passes[name])} passes, median {record[name]['median']:.0f} useful tokens/s")
     record["prompt_alone"] = {"tokens": len(longest), "median_ms": 1000 * statistics.median(alone)}
+    record["forward_ms"] = forward
     mean, low, high = paired_interval(rates["continuous"], rates["static"])
     record["continuous_minus_static"] = {"mean": mean, "low": low, "high": high}
     ratios = [c / s for c, s in zip(rates["continuous"], rates["static"], strict=True)]

@@ -6,8 +6,9 @@
 The requests are drawn as ``serving_runs`` draws its batching requests from *Persuasion* (16 paragraphs cut to 48
 tokens, each asking for 4 to 48 new tokens, seed 0), here in SmolLM2's tokens, and measured as it measures them
 (``serving_runs.batching``): passes, tokens decoded, timed runs in pairs with the order alternating, each kind of
-pass's median time and the longest prompt read alone, on one thread. Lesson 13's model has 2.6 million weights and
-SmolLM2 135 million, so a request more in a pass costs far more arithmetic here: the record says what that changes.
+pass's median time, the longest prompt read alone and the model's own forward pass by its rows, on one thread.
+Lesson 13's model has 2.6 million weights and SmolLM2 135 million: the record says what continuous batching gains
+on the larger model, and what a pass's rows cost it.
 
 The record, ``serving_smollm2.json``: ``size``, ``settings``, ``model`` (what was served, and its ``parameters``),
 ``batching`` (as ``serving_runs``' record has it), ``seconds`` (the command's wall time).

@@ -66,6 +66,8 @@ def test_the_timing_warms_up_each_then_alternates_which_goes_first(monkeypatch):
         return steps, (2.0 if static else 1.0) + 0.1 * len(served)
 
     monkeypatch.setattr(serving_runs, "_serve", fake_serve)
+    monkeypatch.setattr(serving_runs, "_forward_ms", lambda model, most_rows, repeats: {
+        str(rows): 1.0 + rows for rows in range(1, most_rows + 1)})
     requests = [([1, 2], 3), ([3], 1), ([4, 5, 6], 2)]
     threads = torch.get_num_threads()
     record = serving_runs.batching(None, requests, {"batch_size": 2, "repeats": 3}, progress=lambda line: None)
@@ -87,6 +89,12 @@ def test_the_timing_warms_up_each_then_alternates_which_goes_first(monkeypatch):
                                            "prompt": {"median_ms": pytest.approx(10.0), "count": 3}}
     assert record["continuous"]["pass_ms"]["prompt"] == {"median_ms": pytest.approx(12.0), "count": 3}
     assert set(record["machine"]) == {"processor", "cores", "system", "load", "load_after"}
+    assert record["forward_ms"] == {"1": 2.0, "2": 3.0, "3": 4.0}  # 1 to batch_size + 1 rows
+
+
+def test_the_bare_forward_is_timed_for_each_number_of_rows():
+    times = serving_runs._forward_ms(small_model(), 3, 2)
+    assert list(times) == ["1", "2", "3"] and all(value > 0 for value in times.values())
 
 
 def test_pages_and_sharing_by_hand():

@@ -32,8 +32,8 @@ DESCRIPTION = ("Static batches against continuous batching on SmolLM2-135M (less
 
 
 def run(out, size="full", progress=print):
-    """Load SmolLM2 and the held-out novel, measure, write ``out``/RESULTS_NAME; returns the record. ``out`` and
-    ``size`` are checked before any work."""
+    """Time SmolLM2 serving the batching requests and write the record to ``out``/RESULTS_NAME (returned too).
+    A folder it cannot write, an unknown size or a progress that is not a function is refused before any loading."""
     check_out(out)
     settings = settings_for(SIZES, size)
     require_callable("progress", progress)

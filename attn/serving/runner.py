@@ -56,7 +56,9 @@ def forward_step(model, cache, seqs, chunks, starts, slots):
 
     seqs: S sequence ids of ``cache``; chunks: S lists of token ids (a decode step's is one token); starts: the
     position of each chunk's first token (the positions before it are cached); slots: S tensors (len(chunk),)
-    from ``cache.reserve``. Padding (to the longest chunk) is masked out and never written."""
+    from ``cache.reserve``. Padding (to the longest chunk) is masked out and never written. Weights holding NaN or
+    inf were refused at the door (``check_servable``), before any work; a step whose finite weights overflow is
+    refused after its layers have written their keys into the reserved slots, which are not given back."""
     lengths = torch.tensor([len(chunk) for chunk in chunks])  # (S,)
     width = int(lengths.max())
     tokens = torch.zeros(len(seqs), width, dtype=torch.int64)  # (S, C), padded with token 0
